@@ -1,0 +1,67 @@
+"""The pure-JAX text-environment contract (shared/DESIGN.md, "Environment").
+
+An environment is a frozen (hashable, hence jit-static) dataclass with pure methods:
+
+    task             = env.sample_task(key)            # a pytree of arrays; or built by the env's
+                                                       # host-side `task_from_*` constructors
+    state, obs       = env.reset(key, task)
+    state, obs, reward, done, info = env.step(state, action)
+
+- `obs` is a `Text`: `tokens [obs_len] int32` (padded with the tokenizer's pad id) and
+  `length` int32; `action` is a `Text` of at most `action_len` tokens (the generated turn).
+- `reward` f32 scalar: the config-weighted sum of `info["reward_terms"]`.
+- `done` bool scalar. `info` holds at least: `success` bool, `valid_action` bool,
+  `state_hash` uint32 (fingerprint of the state after the step; equal states -> equal
+  hashes), `reward_terms` f32 `[K]` (e.g. success, format, step cost; names in
+  `env.reward_names`). Optional: `milestone` bool, `fatal` bool, `agent_id` int32.
+- Everything is fixed-shape and vmappable; no Python control flow on traced values.
+  A malformed action never raises: it is an invalid action with the configured penalty.
+- States are pytrees, so cloning a state (tree-search rollouts) is free.
+- `env.solve(task) -> list[str]` is a host-side expert (BFS/A*/search) returning the action
+  strings of an optimal plan; used for demonstrations, SFT warm starts and upper bounds.
+- `env.instruction` is the host-side task description text (system/user prompt).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from agent_rl.registry import Registry
+
+ENVS = Registry("environment")
+
+
+@struct.dataclass
+class Text:
+  """A padded token sequence: `tokens [..., L] int32`, `length [...] int32`."""
+  tokens: jax.Array
+  length: jax.Array
+
+
+def make(name: str, **kwargs: Any):
+  """Builds a registered environment: `make("sokoban", tokenizer=tok, size=6, boxes=1)`."""
+  return ENVS.get(name)(**kwargs)
+
+
+def fingerprint(*arrays: jax.Array) -> jax.Array:
+  """uint32 fingerprint of integer arrays (equal contents -> equal hashes).
+
+  Vectorized: each element is mixed with its position (murmur3-style finalizer), the
+  mixes are summed modulo 2^32 and finalized again. No sequential scan, so hashing a
+  state costs a few elementwise ops.
+  """
+  flat = jnp.concatenate([jnp.ravel(a).astype(jnp.uint32) for a in arrays])
+  pos = jnp.arange(flat.shape[0], dtype=jnp.uint32)
+  x = _mix(flat * jnp.uint32(0x9E3779B1) + pos * jnp.uint32(0x85EBCA77) + jnp.uint32(0x165667B1))
+  return _mix(jnp.sum(x, dtype=jnp.uint32) + jnp.uint32(flat.shape[0]))
+
+
+def _mix(x: jax.Array) -> jax.Array:
+  x = x ^ (x >> 16)
+  x = x * jnp.uint32(0x85EBCA6B)
+  x = x ^ (x >> 13)
+  x = x * jnp.uint32(0xC2B2AE35)
+  return x ^ (x >> 16)
