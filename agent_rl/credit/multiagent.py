@@ -1,0 +1,83 @@
+"""Multi-agent credit: Dr. MAS agent-wise normalisation and per-agent isolated advantages.
+
+Papers: Dr. MAS (langfengQ/DrMAS, ALGORITHMS.md §4.1); PA-MAGRPO (arXiv 2608.01425) and
+IB-RL (arXiv 2608.06735), §4.15 [abstract]. Turns carry `agent_id`; (group, agent) keys are
+`dense_ids((group_id, agent_id))`, so the number of agents need not be static.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from agent_rl.credit.base import Credit, register
+from agent_rl.credit.gigpo import first_valid, normalize, row_groups
+from agent_rl.credit.segments import dense_ids
+
+
+def _team_return(batch) -> jax.Array:
+  ret = jnp.sum(jnp.where(batch.valid, batch.reward, 0.0), axis=1, keepdims=True)
+  return jnp.broadcast_to(ret, batch.valid.shape)
+
+
+@register("drmas")
+def drmas(batch, *, group_by_agent: bool = True, norm_by_std: bool = True, eps: float = 1e-6,
+          row_scores: Optional[jax.Array] = None) -> Credit:
+  """Dr. MAS GRPO advantages (ALGORITHMS.md §4.1).
+
+  Inputs: valid, reward, agent_id `[N, T]`, group_id `[N]`; optional `row_scores` `[N, T]`
+  (default: the team episode return on every row).
+  - group_by_agent=True: every valid turn (each invocation of an agent) enters the
+    (group_id, agent_id) statistics; A = (s - mu)/(sigma + eps) (Bessel), or s - mu without
+    std (Dr.GRPO style, norm_by_std=False).
+  - group_by_agent=False: rows are averaged per episode first; each episode counts once in
+    its group_id statistics and all its rows get that episode's advantage.
+  Singleton group: mu = 0, sigma = 1 (A = raw score, verl's GRPO). Zero-variance groups give
+  0. Padding turns get 0.
+  """
+  n, t = batch.valid.shape
+  valid = batch.valid
+  s = _team_return(batch) if row_scores is None else jnp.asarray(row_scores, jnp.float32)
+  norm = "mean_std_norm" if norm_by_std else "mean_norm"
+  gid = row_groups(batch.group_id, t)
+  if group_by_agent:
+    key, _ = dense_ids((gid.reshape(-1), batch.agent_id.reshape(-1)), valid.reshape(-1))
+    a = normalize(s, key.reshape(n, t), n * t, valid, norm=norm, eps=eps, singleton="raw")
+  else:
+    cnt = jnp.sum(valid, axis=1, keepdims=True)
+    avg = jnp.sum(jnp.where(valid, s, 0.0), axis=1, keepdims=True) / jnp.maximum(cnt, 1)
+    avg = jnp.broadcast_to(avg, (n, t))
+    a = normalize(avg, gid, n, first_valid(valid), norm=norm, eps=eps, singleton="raw")
+  adv = jnp.where(valid, a, 0.0)
+  return Credit(turn=adv, returns=adv)
+
+
+@register("per_agent")
+def per_agent(batch, *, norm_by_std: bool = True, eps: float = 1e-6) -> Credit:
+  """PA-MAGRPO / IB-RL per-agent isolated GRPO advantages (§4.15, design proposal from the
+  abstracts).
+
+  Inputs: reward, valid, agent_id `[N, T]`, group_id `[N]`. Agent k's reward in episode i is
+  R^(k)_i = sum of rewards on the turns agent k acted; each (episode, agent) pair counts
+  once in the (group_id, k) statistics: A^(k)_i = (R^(k)_i - mu^(k)) / (sigma^(k) + eps).
+  Every turn of agent k in episode i gets A^(k)_i. The per-role update is the learner's:
+  it selects agent k's tokens by `agent_id` (this kernel never mixes agents' statistics).
+  Singleton (group, agent): A = raw R (verl's GRPO); zero-variance groups give 0; padding 0.
+  """
+  n, t = batch.valid.shape
+  valid = batch.valid
+  fv = valid.reshape(-1)
+  ep = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32)[:, None], (n, t)).reshape(-1)
+  agent = batch.agent_id.reshape(-1)
+  pair, _ = dense_ids((ep, agent), fv)
+  r = jnp.where(fv, batch.reward.reshape(-1), 0.0)
+  r_pair = jax.ops.segment_sum(r, pair, num_segments=n * t)[pair]
+  pos = jnp.arange(n * t, dtype=jnp.int32)
+  first = jax.ops.segment_min(jnp.where(fv, pos, n * t), pair, num_segments=n * t)
+  once = fv & (first[pair] == pos)
+  key, _ = dense_ids((row_groups(batch.group_id, t).reshape(-1), agent), fv)
+  norm = "mean_std_norm" if norm_by_std else "mean_norm"
+  a = normalize(r_pair, key, n * t, once, norm=norm, eps=eps, singleton="raw")
+  adv = jnp.where(valid, a.reshape(n, t), 0.0)
+  return Credit(turn=adv, returns=adv)
