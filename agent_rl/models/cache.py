@@ -1,0 +1,51 @@
+"""Explicit KV-cache pytree for prefill/decode (a contract shared with rollout and envs).
+
+One array per layer, updated in place with `lax.dynamic_update_slice` (a stacked
+[layers, ...] cache updated with `.at[l].set` measured ~46 ms/step slower on CPU). K is
+stored transposed, `[B, KVH, D, S]`, so decode scores are a plain batched `[G, D] @ [D, S]`.
+All rows write the same slots (`index`); ragged rows mark their padding slots invalid.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from agent_rl.models.config import ModelConfig
+
+
+@flax.struct.dataclass
+class KVCache:
+  """Attention cache of a decoder with `len(k)` layers.
+
+  Attributes:
+    k: per layer `[B, KVH, D, S]` (keys, transposed).
+    v: per layer `[B, KVH, S, D]`.
+    valid: `[B, S]` bool, slot holds a real token of that row.
+    index: int32 scalar, next slot to write (shared by all rows).
+  """
+  k: Tuple[jax.Array, ...]
+  v: Tuple[jax.Array, ...]
+  valid: jax.Array
+  index: jax.Array
+
+  @property
+  def batch(self) -> int:
+    return self.valid.shape[0]
+
+  @property
+  def max_len(self) -> int:
+    return self.valid.shape[1]
+
+
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
+  """An empty cache: zeros, nothing valid, index 0."""
+  if batch <= 0 or max_len <= 0:
+    raise ValueError(f"init_cache needs positive batch and max_len, got {batch}, {max_len}")
+  kvh, d = cfg.num_kv_heads, cfg.head_dim
+  k = tuple(jnp.zeros((batch, kvh, d, max_len), dtype) for _ in range(cfg.num_layers))
+  v = tuple(jnp.zeros((batch, kvh, max_len, d), dtype) for _ in range(cfg.num_layers))
+  return KVCache(k=k, v=v, valid=jnp.zeros((batch, max_len), jnp.bool_),
+                 index=jnp.zeros((), jnp.int32))

@@ -1,0 +1,158 @@
+"""The policy decoder: pre-norm transformer faithful to Qwen2/Qwen2.5 and Llama-3.
+
+Architecture of Touvron et al., 2023 (Llama) as used by Qwen2 (Yang et al., 2024,
+arXiv:2407.10671): embedding -> N x [x + attn(rms(x)); x + swiglu(rms(x))] -> rms -> lm_head.
+Positions are explicit (left/right padding and multi-turn appends keep correct RoPE phases).
+`apply` runs one of three paths (full / cached block / decode); the functional API in
+`agent_rl.models.inference` wraps them over `(graphdef, state)`.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from agent_rl.models.attention import Attention, mask_to_bias
+from agent_rl.models.cache import KVCache
+from agent_rl.models.config import ModelConfig, rope_inv_freq
+from agent_rl.models.layers import MLP, Embed, RMSNorm, dense_init, make_param, rope_cos_sin
+
+
+class Block(nnx.Module):
+  """x + attn(attn_norm(x)), then x + mlp(mlp_norm(x))."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    kw = dict(dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, rngs=rngs)
+    self.attn_norm = RMSNorm(cfg.hidden, eps=cfg.rms_eps, **kw)
+    self.attn = Attention(cfg, rngs=rngs)
+    self.mlp_norm = RMSNorm(cfg.hidden, eps=cfg.rms_eps, **kw)
+    self.mlp = MLP(cfg.hidden, cfg.intermediate, **kw)
+
+
+class Transformer(nnx.Module):
+  """Decoder LM. Params: embed.embedding [V,E], layers[i].*, final_norm.scale, lm_head [E,V]
+  (absent when `cfg.tie_embeddings`)."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    if not isinstance(cfg, ModelConfig):
+      raise ValueError(f"Transformer needs a ModelConfig, got {type(cfg).__name__}")
+    self.cfg = cfg
+    kw = dict(dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, rngs=rngs)
+    self.embed = Embed(cfg.vocab_size, cfg.hidden, **kw)
+    self.layers = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+    self.final_norm = RMSNorm(cfg.hidden, eps=cfg.rms_eps, **kw)
+    if not cfg.tie_embeddings:
+      self.lm_head = make_param(rngs, dense_init(cfg.hidden), (cfg.hidden, cfg.vocab_size),
+                                ("embed", "vocab"), cfg.params_dtype)
+
+  def head_weight(self) -> jax.Array:
+    """Output projection [E, V] (the transposed embedding when tied)."""
+    if self.cfg.tie_embeddings:
+      return self.embed.embedding[...].T
+    return self.lm_head[...]
+
+  def logits(self, hidden: jax.Array) -> jax.Array:
+    """hidden: [..., E] -> float32 logits [..., V]."""
+    w = self.head_weight().astype(hidden.dtype)
+    return jnp.matmul(hidden, w, preferred_element_type=jnp.float32)
+
+  def _rope(self, positions):
+    return rope_cos_sin(positions, rope_inv_freq(self.cfg))
+
+  def __call__(self, tokens: jax.Array, positions: Optional[jax.Array] = None,
+               valid: Optional[jax.Array] = None) -> jax.Array:
+    """tokens: [B,L] int32 -> logits [B,L,V] f32 (positions default arange, valid all-True)."""
+    b, l = tokens.shape
+    if positions is None:
+      positions = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (b, l))
+    if valid is None:
+      valid = jnp.ones((b, l), jnp.bool_)
+    return self.apply(tokens, positions, valid)[0]
+
+  def apply(self, tokens, positions, valid, cache: Optional[KVCache] = None
+            ) -> Tuple[jax.Array, jax.Array, Optional[KVCache]]:
+    """Full forward (cache None) or a block written into `cache` at `cache.index`.
+
+    tokens, positions: [B,L] int32; valid: [B,L] bool.
+    Returns logits [B,L,V] f32, hidden [B,L,E] (after the final norm), cache (or None).
+    """
+    _check_block(tokens, positions, valid)
+    valid = valid.astype(jnp.bool_)
+    x = self.embed(tokens)
+    cos, sin = self._rope(positions)
+    l = tokens.shape[1]
+    if cache is None:
+      causal = jnp.tril(jnp.ones((l, l), jnp.bool_))
+      bias = mask_to_bias(causal[None] & valid[:, None, :])[:, None, None]
+      for blk in self.layers:
+        x = x + blk.attn.full(blk.attn_norm(x), cos, sin, bias)
+        x = x + blk.mlp(blk.mlp_norm(x))
+      new_cache = None
+    else:
+      _check_cache(self.cfg, cache, tokens.shape[0])
+      index = cache.index.astype(jnp.int32)
+      cvalid = jax.lax.dynamic_update_slice(cache.valid, valid, (jnp.zeros((), jnp.int32), index))
+      slots = jnp.arange(cache.max_len, dtype=jnp.int32)
+      # Query l of the block sits at slot index + l: it sees valid slots up to its own.
+      causal = slots[None, :] <= index + jnp.arange(l, dtype=jnp.int32)[:, None]
+      bias = mask_to_bias(causal[None] & cvalid[:, None, :])[:, None, None]
+      ks, vs = [], []
+      for i, blk in enumerate(self.layers):
+        y, kc, vc = blk.attn.cached(blk.attn_norm(x), cos, sin, cache.k[i], cache.v[i], index, bias)
+        x = x + y
+        x = x + blk.mlp(blk.mlp_norm(x))
+        ks.append(kc)
+        vs.append(vc)
+      new_cache = KVCache(k=tuple(ks), v=tuple(vs), valid=cvalid, index=index + l)
+    hidden = self.final_norm(x)
+    return self.logits(hidden), hidden, new_cache
+
+  def decode(self, tokens, positions, cache: KVCache, valid=None
+             ) -> Tuple[jax.Array, jax.Array, KVCache]:
+    """One token per row. tokens, positions: [B] int32; valid [B] bool or None (all True).
+
+    Returns logits [B,V] f32, hidden [B,E], cache advanced by one slot.
+    """
+    if tokens.ndim != 1 or positions.shape != tokens.shape:
+      raise ValueError(f"decode needs tokens [B] and positions [B], got {tokens.shape}, "
+                       f"{positions.shape}")
+    b = tokens.shape[0]
+    _check_cache(self.cfg, cache, b)
+    if valid is None:
+      valid = jnp.ones((b,), jnp.bool_)
+    valid = valid.astype(jnp.bool_)
+    index = cache.index.astype(jnp.int32)
+    cvalid = jax.lax.dynamic_update_slice(cache.valid, valid[:, None],
+                                          (jnp.zeros((), jnp.int32), index))
+    # Slots past `index` were never written, hence invalid: no causal term needed.
+    bias = mask_to_bias(cvalid)[:, None, None, :]
+    x = self.embed(tokens)
+    cos, sin = self._rope(positions)
+    ks, vs = [], []
+    for i, blk in enumerate(self.layers):
+      y, kc, vc = blk.attn.decode(blk.attn_norm(x), cos, sin, cache.k[i], cache.v[i], index, bias)
+      x = x + y
+      x = x + blk.mlp(blk.mlp_norm(x))
+      ks.append(kc)
+      vs.append(vc)
+    hidden = self.final_norm(x)
+    new_cache = KVCache(k=tuple(ks), v=tuple(vs), valid=cvalid, index=index + 1)
+    return self.logits(hidden), hidden, new_cache
+
+
+def _check_block(tokens, positions, valid):
+  if tokens.ndim != 2:
+    raise ValueError(f"tokens must be [B, L], got shape {tokens.shape}")
+  if positions.shape != tokens.shape:
+    raise ValueError(f"positions shape {positions.shape} != tokens shape {tokens.shape}")
+  if valid.shape != tokens.shape:
+    raise ValueError(f"valid shape {valid.shape} != tokens shape {tokens.shape}")
+
+
+def _check_cache(cfg: ModelConfig, cache: KVCache, batch: int):
+  if len(cache.k) != cfg.num_layers:
+    raise ValueError(f"cache has {len(cache.k)} layers, model has {cfg.num_layers}")
+  if cache.batch != batch:
+    raise ValueError(f"cache batch {cache.batch} != tokens batch {batch}")
