@@ -21,6 +21,17 @@ Token level `[N, L]`:
   position      i32   rotary position of each token.
   logprobs      f32   behaviour log-probs (raw policy, temperature 1) on generated tokens.
   values, ref_logprobs, teacher_logprobs: optional f32 `[N, L]` (None when absent).
+  attention_mask  bool (optional) the slot holds a real token (False on padding); the
+                training forward passes it as `valid`. None means all real.
+  sample_logprobs f32 (optional) log-probs under the distribution actually sampled from
+                (temperature / top-k / top-p applied), for sampler importance corrections.
+  segment_len   static int. 0: concatenated history, one sequence per episode row.
+                > 0: windowed history: each row holds T per-turn samples of `segment_len`
+                slots back to back (L = T * segment_len); sample t (turn t's context plus
+                its action) is `[:, t*segment_len:(t+1)*segment_len]`, positions restart
+                at 0 in each, and the learner runs the forward on the `[N*T, segment_len]`
+                reshape (attention never crosses samples). turn_index / loss_mask keep
+                their meaning, so turn-level credit broadcasts through turn_index as is.
 Per episode `[N]`:
   group_id      i32   which task/group the episode belongs to, in [0, N).
   episode_key   u32 `[N, 2]`  the PRNG key data the episode was sampled with (exact replay).
@@ -60,6 +71,10 @@ class EpisodeBatch:
   values: Optional[jax.Array] = None
   ref_logprobs: Optional[jax.Array] = None
   teacher_logprobs: Optional[jax.Array] = None
+  # rollout extras (added by the rollout room)
+  attention_mask: Optional[jax.Array] = None
+  sample_logprobs: Optional[jax.Array] = None
+  segment_len: int = struct.field(pytree_node=False, default=0)
 
   @property
   def num_episodes(self) -> int:

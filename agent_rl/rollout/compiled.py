@@ -1,0 +1,125 @@
+"""The compiled rollout for pure-JAX environments: `make_rollout(...)(params, tasks, key)`.
+
+One `jax.jit` program: vmapped env.reset, then `lax.scan` over turns of
+act -> vmapped env.step -> record -> observe (episode.py), with optional TSR search
+(search.py) and the selective gate (gate.py) inside the scan. Compiled once per
+(config, shapes); later iterations reuse the executable (tested with chex.assert_max_traces).
+
+Randomness: `key` -> (reset key, sample key). Task i is reset with fold_in(reset, i) (its G
+members share the initial state); episode e samples with fold_in(sample, e), stored as
+`episode_key`, and turn t / token j use fold_in(fold_in(episode_key, t), j). The same
+params, tasks and key give a bit-identical EpisodeBatch.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Tuple
+
+import jax
+import jax.numpy as jnp
+
+from agent_rl.envs.base import Text
+from agent_rl.rollout import search
+from agent_rl.rollout.batch import EpisodeBatch
+from agent_rl.rollout.episode import EpisodeConfig, EpisodeLoop
+from agent_rl.rollout.layout import PromptPieces
+from agent_rl.rollout.policy import Policy
+
+
+def raw_key(key: jax.Array) -> jax.Array:
+  """uint32 `[2]` key data of a typed or raw PRNG key."""
+  if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+    return jax.random.key_data(key)
+  return key
+
+
+def episode_keys(key: jax.Array, n_tasks: int, group_size: int):
+  """(reset keys [n_tasks, 2], episode keys [N, 2], group_id [N]) of one rollout key."""
+  k_reset, k_sample = jax.random.split(raw_key(key))
+  n = n_tasks * group_size
+  reset = jax.vmap(jax.random.fold_in, (None, 0))(k_reset, jnp.arange(n_tasks))
+  ep = jax.vmap(jax.random.fold_in, (None, 0))(k_sample, jnp.arange(n))
+  return reset, ep, jnp.arange(n, dtype=jnp.int32) // group_size
+
+
+def reset_groups(env: Any, tasks: Any, reset_keys: jax.Array, group_size: int):
+  """vmapped env.reset per task, each result repeated for the G members of its group."""
+  state, obs = jax.vmap(env.reset)(reset_keys, tasks)
+  rep = lambda x: jnp.repeat(x, group_size, axis=0)
+  return jax.tree.map(rep, state), jax.tree.map(rep, obs)
+
+
+def _num_tasks(tasks) -> int:
+  leaves = jax.tree.leaves(tasks)
+  if not leaves:
+    raise ValueError("tasks must be a pytree of arrays with a leading task axis")
+  return leaves[0].shape[0]
+
+
+def make_rollout(policy: Policy, env: Any, cfg: EpisodeConfig, pieces: PromptPieces, *,
+                 jit: bool = True) -> Callable[[Any, Any, jax.Array], Tuple[EpisodeBatch, dict]]:
+  """A jitted `rollout(params, tasks, key) -> (EpisodeBatch, metrics)` (`jit=False`: the
+  traceable function, e.g. to wrap in chex.assert_max_traces or a larger jitted step)."""
+
+  def rollout(params, tasks, key):
+    n_tasks, g = _num_tasks(tasks), cfg.group_size
+    reset_keys, ep_keys, group_id = episode_keys(key, n_tasks, g)
+    state, obs = reset_groups(env, tasks, reset_keys, g)
+    loop = EpisodeLoop(policy, env, cfg, pieces, n_tasks * g, obs.tokens.shape[-1])
+    carry = loop.start(params, state, obs, ep_keys)
+    step = jax.vmap(env.step)
+    t_max = cfg.max_turns
+
+    def turn(c, t):
+      if cfg.search is None:
+        c, action, active = loop.act(params, c, t)
+        out = step(c["env"], action)
+        c = loop.record(c, t, active, out)
+      else:
+        c = _search_turn(loop, params, c, t, step)
+      return jax.lax.cond(t < t_max - 1, lambda c: loop.observe(params, c, t), lambda c: c, c)
+
+    def body(c, t):
+      return jax.lax.cond(jnp.any(c["alive"]), turn, lambda c, t: c, c, t), None
+
+    carry, _ = jax.lax.scan(body, carry, jnp.arange(t_max))
+    return loop.finish(carry, group_id, ep_keys)
+
+  return jax.jit(rollout) if jit else rollout
+
+
+def _search_turn(loop: EpisodeLoop, params, c: dict, t, step):
+  """One TSR turn: clone rows into candidates, act and step all, keep the chosen ones."""
+  cfg = loop.cfg.search
+  n, k = loop.n, cfg.num_candidates
+  keys, was_alive = c["keys"], c["alive"]
+  ce, cand = search.expand(c, n, k)
+  big = _Resized(loop, n * k)
+  ce, action, active = big.act(params, ce, t, cand)
+  ce = big.record(ce, t, active, step(ce["env"], action))
+  reward = ce["turns"]["reward"][:, t]
+  c, _ = search.select(ce, reward, jnp.repeat(was_alive, k), n, loop.cfg.group_size, cfg)
+  c["keys"] = keys  # each slot keeps its own key stream, whatever its parent was
+  return c
+
+
+class _Resized(EpisodeLoop):
+  """The same loop viewed at another batch size (the n*k candidate rows of TSR)."""
+
+  def __init__(self, base: EpisodeLoop, n: int):  # pylint: disable=super-init-not-called
+    self.__dict__.update(base.__dict__)
+    self.n = n
+    if base.cfg.gate is not None:
+      raise ValueError("TSR search and the selective gate cannot be combined in one rollout")
+
+
+@functools.lru_cache(maxsize=32)
+def _cached(policy, env, cfg, pieces):
+  return make_rollout(policy, env, cfg, pieces)
+
+
+def rollout(policy: Policy, params, env: Any, tasks: Any, key: jax.Array, cfg: EpisodeConfig,
+            pieces: PromptPieces):
+  """`make_rollout(policy, env, cfg, pieces)(params, tasks, key)`, the jitted program cached
+  per (policy, env, cfg, pieces), all hashable."""
+  return _cached(policy, env, cfg, pieces)(params, tasks, key)

@@ -1,0 +1,129 @@
+"""Token layout of multi-turn episodes: chat pieces, packed blocks, windowed contexts.
+
+The chat layout (ChatML, as Qwen2.5 and RAGEN/verl-agent use it):
+
+    first   = <|im_start|>system\\n{system}<|im_end|>\\n<|im_start|>user\\n{instruction}\\n
+    turn 0  : first + obs_0 + header + action_0
+    turn t>0: turn_prefix + obs_t + header + action_t
+    header      = <|im_end|>\\n<|im_start|>assistant\\n
+    turn_prefix = \\n<|im_start|>user\\n          (the action ends with <|im_end|>)
+
+The constant pieces are tokenized once on the host (`chat_pieces`); observations arrive as
+token arrays from the env, actions as generated ids. Nothing is ever re-tokenized.
+
+In the compiled graph every piece is a fixed-size block whose real tokens are packed to
+the front (`pack_block`); a per-row cursor then scatters them into a packed history
+buffer (`write_block`), so the stored sequence has no holes and positions are slot indices.
+All functions act on a batch of rows `[B, ...]`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Tuple
+
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptPieces:
+  """Host-tokenized constant pieces (tuples, so the record is hashable / jit-static)."""
+  first: Tuple[int, ...]
+  turn_prefix: Tuple[int, ...]
+  header: Tuple[int, ...]
+  pad_id: int = 0
+
+  def __post_init__(self):
+    for f in ("first", "turn_prefix", "header"):
+      object.__setattr__(self, f, tuple(int(i) for i in getattr(self, f)))
+    if not self.first:
+      raise ValueError("PromptPieces.first must hold at least one token")
+
+
+def chat_pieces(tokenizer: Any, instruction: str, system: str = "You are a helpful agent."
+                ) -> PromptPieces:
+  """The ChatML pieces for `instruction` (usually `env.instruction`)."""
+  start, end = tokenizer.special("<|im_start|>"), tokenizer.special("<|im_end|>")
+  enc = tokenizer.encode
+  first = [start] + enc("system\n" + system) + [end] + enc("\n") + [start] + enc(
+      "user\n" + instruction + "\n")
+  header = [end] + enc("\n") + [start] + enc("assistant\n")
+  turn_prefix = enc("\n") + [start] + enc("user\n")
+  return PromptPieces(first=tuple(first), turn_prefix=tuple(turn_prefix), header=tuple(header),
+                      pad_id=tokenizer.pad_id)
+
+
+def pack_block(prefix: Tuple[int, ...], obs_tokens: jax.Array, obs_len: jax.Array,
+               suffix: Tuple[int, ...], active: jax.Array, pad_id: int):
+  """`prefix + obs[:len] + suffix` packed to the front of a `[B, |p| + O + |s|]` block.
+
+  Returns tokens `[B, S] int32`, valid `[B, S] bool`, length `[B] int32` (0 where not active).
+  """
+  b, o = obs_tokens.shape
+  p, q = len(prefix), len(suffix)
+  size = p + o + q
+  s = jnp.arange(size)[None, :]
+  n = obs_len.astype(jnp.int32)[:, None]
+  pre = jnp.asarray(prefix or (pad_id,), jnp.int32)
+  suf = jnp.asarray(suffix or (pad_id,), jnp.int32)
+  obs_tok = jnp.take_along_axis(obs_tokens.astype(jnp.int32), jnp.clip(s - p, 0, o - 1), axis=1)
+  tok = jnp.where(s < p, pre[jnp.clip(s, 0, max(p - 1, 0))],
+                  jnp.where(s < p + n, obs_tok, suf[jnp.clip(s - p - n, 0, max(q - 1, 0))]))
+  length = jnp.where(active, p + n[:, 0] + q, 0)
+  valid = s < length[:, None]
+  return jnp.where(valid, tok, pad_id), valid, length
+
+
+def write_block(buf: Mapping[str, jax.Array], cursor: jax.Array,
+                block: Mapping[str, jax.Array], length: jax.Array) -> dict:
+  """Scatters the first `length[b]` slots of each `[B, S]` block channel into `[B, Lb]`
+  buffers at `cursor[b]` (slots past the buffer end are dropped; callers budget first)."""
+  b, s = next(iter(block.values())).shape
+  lb = next(iter(buf.values())).shape[1]
+  j = jnp.arange(s)[None, :]
+  idx = jnp.where(j < length[:, None], cursor[:, None] + j, lb)
+  rows = jnp.broadcast_to(jnp.arange(b)[:, None], (b, s))
+  out = dict(buf)
+  for name, val in block.items():
+    out[name] = buf[name].at[rows, idx].set(val.astype(buf[name].dtype), mode="drop")
+  return out
+
+
+def gather_rows(buf: jax.Array, src: jax.Array, valid: jax.Array, fill) -> jax.Array:
+  """`out[b, s] = buf[b, src[b, s]]` where valid, else `fill`."""
+  got = jnp.take_along_axis(buf, jnp.clip(src, 0, buf.shape[1] - 1), axis=1)
+  return jnp.where(valid, got, jnp.asarray(fill, buf.dtype))
+
+
+def window_start(turn_start: jax.Array, cursor: jax.Array, t, k: int, first_len: int,
+                 ctx_len: int):
+  """First history turn j0 of turn t's windowed context (keep the most recent turns).
+
+  Turn j's block (observation + action) starts at `turn_start[:, j]` of the history; the
+  context is `first + history[turn_start[j0]:cursor]`, which must fit `ctx_len` tokens.
+  j0 is the smallest j in [t - k, t] that fits; turn t itself always fits (checked
+  statically by the caller). Returns j0 `[B]` and the number of window turns dropped
+  for the budget `[B]` (0 when the k most recent turns fit).
+  """
+  b, nt = turn_start.shape
+  j = jnp.arange(nt)[None, :]
+  lo = jnp.maximum(t - k, 0)
+  fits = first_len + cursor[:, None] - turn_start <= ctx_len
+  ok = (j >= lo) & (j <= t) & fits
+  j0 = jnp.argmax(ok, axis=1).astype(jnp.int32)  # first True; turn t is always ok
+  return j0, (j0 - lo).astype(jnp.int32)
+
+
+def window_context(hist: jax.Array, turn_start: jax.Array, cursor: jax.Array, j0: jax.Array,
+                   first_len: int, ctx_len: int, pad_id: int):
+  """Turn t's context `first + hist[start_j0:cursor]`, packed into `[B, ctx_len]`.
+
+  `hist [B, Lh]` is the packed episode history, whose first `first_len` tokens are `first`.
+  Returns tokens `[B, ctx_len]`, valid `[B, ctx_len]`, length `[B]`.
+  """
+  start = jnp.take_along_axis(turn_start, j0[:, None], axis=1)[:, 0]
+  s = jnp.arange(ctx_len)[None, :]
+  length = first_len + cursor - start
+  src = jnp.where(s < first_len, s, start[:, None] + s - first_len)
+  valid = s < length[:, None]
+  return gather_rows(hist, src, valid, pad_id), valid, length.astype(jnp.int32)

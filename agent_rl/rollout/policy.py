@@ -1,0 +1,35 @@
+"""The policy interface the rollout needs: four pure functions over `(graphdef, params)`.
+
+`agent_rl.models` provides them for the Transformer (`Policy.from_model`); tests plug in
+any model with the same signatures. Keeping them behind one small frozen record means the
+episode loop never imports a model class and the same loop drives any decoder.
+
+    init_cache(model_cfg, batch, max_len)                          -> cache
+    prefill(graphdef, params, tokens, positions, valid, cache)     -> (logits [B,L,V], hidden, cache)
+    decode_step(graphdef, params, tokens [B], positions [B], cache, valid=[B]) -> (logits [B,V], hidden, cache)
+    forward(graphdef, params, tokens, positions, valid)            -> (logits [B,L,V], hidden)
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+  graphdef: Any
+  model_cfg: Any
+  init_cache: Callable[..., Any]
+  prefill: Callable[..., Any]
+  decode_step: Callable[..., Any]
+  forward: Callable[..., Any]
+
+  @classmethod
+  def from_model(cls, model_cfg: Any, graphdef: Any) -> "Policy":
+    """The `agent_rl.models` Transformer: `graphdef, params = nnx.split(model)`."""
+    from agent_rl import models  # the models room is optional for host-only users
+    return cls(graphdef=graphdef, model_cfg=model_cfg, init_cache=models.init_cache,
+               prefill=models.prefill, decode_step=models.decode_step, forward=models.forward)
+
+  def cache(self, batch: int, max_len: int) -> Any:
+    return self.init_cache(self.model_cfg, batch, max_len)

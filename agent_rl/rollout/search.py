@@ -1,0 +1,61 @@
+"""TSR, trajectory-search rollouts (ALGORITHMS.md §4.10; arXiv 2602.11767) — a design proposal.
+
+No reference code exists (the spec is derived from the abstract), so this is kept
+configurable (`SearchConfig`). Each turn, every episode row is cloned into n candidates
+(env states are pytrees, so cloning is free; the KV cache and history are cloned too),
+each candidate samples its own action (per-candidate keys), the clones are stepped, and:
+
+  best_of_n  per episode keep the candidate with the highest score
+             (env reward of the turn + optional heuristic(state after the step));
+  beam       per group (the G members are the beams) keep the G highest cumulative
+             scores among the G * n expansions (+ heuristic of the new state).
+
+Only the chosen candidates' tokens and behaviour log-probs survive (the whole carry is
+gathered by the chosen rows), so the EpisodeBatch looks like an ordinary rollout and any
+optimizer / credit method applies unchanged. Finished rows expand to one live candidate
+(their other clones score -inf) so a finished beam is never duplicated.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from agent_rl.rollout.episode import SearchConfig
+
+
+def _rows(tree, n: int, fn):
+  """Applies `fn` to every leaf with a leading episode axis of size n (scalars pass)."""
+  return jax.tree.map(lambda x: fn(x) if (x.ndim >= 1 and x.shape[0] == n) else x, tree)
+
+
+def expand(carry: dict, n: int, k: int):
+  """Clones each of the n rows k times: row i*k + c is candidate c of row i."""
+  return _rows(carry, n, lambda x: jnp.repeat(x, k, axis=0)), jnp.tile(jnp.arange(k), n)
+
+
+def select(carry: dict, turn_reward: jax.Array, was_alive: jax.Array, n: int, group_size: int,
+           cfg: SearchConfig):
+  """Chooses n of the n*k expanded rows; returns the gathered carry and the chosen rows [n].
+
+  turn_reward: `[n*k]` reward of this turn per candidate; was_alive: `[n*k]` the row was
+  alive before the turn (its clones compete), carry["score"] holds cumulative returns.
+  """
+  k = cfg.num_candidates
+  cand = jnp.tile(jnp.arange(k), n)
+  bonus = 0.0
+  if cfg.heuristic is not None:
+    bonus = jax.vmap(cfg.heuristic)(carry["env"]).astype(jnp.float32)
+  if cfg.mode == "best_of_n":
+    score = turn_reward + bonus
+  else:
+    score = carry["score"] + bonus
+  score = jnp.where(was_alive | (cand == 0), score, -jnp.inf)
+  if cfg.mode == "best_of_n":
+    pick = jnp.argmax(score.reshape(n, k), axis=1)
+    rows = jnp.arange(n) * k + pick
+  else:
+    g = group_size
+    per_group = score.reshape(n // g, g * k)
+    _, idx = jax.lax.top_k(per_group, g)  # ties -> lower index (stable)
+    rows = (jnp.arange(n // g)[:, None] * g * k + idx).reshape(n)
+  return _rows(carry, n * k, lambda x: jnp.take(x, rows, axis=0)), rows
