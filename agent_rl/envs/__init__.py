@@ -1,0 +1,4 @@
+"""Pure-JAX text environments and their registry: `agent_rl.envs.make(name, **kwargs)`."""
+from agent_rl.envs.base import ENVS, Text, fingerprint, make
+from agent_rl.envs import frozenlake, sokoban  # noqa: F401  (register "frozenlake", "sokoban")
+from agent_rl.envs import bandit, countdown  # noqa: registers

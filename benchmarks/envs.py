@@ -1,0 +1,254 @@
+"""Env throughput: our jitted+vmapped text envs vs RAGEN's Python loop, jumanji and gymnasium.
+
+Side by side in one run, written to benchmarks/results/envs.json:
+  sokoban_step   Sokoban 6x6 / 1 box, random actions, auto-reset to the level's start, text
+                 observation rendered and folded into a checksum (so XLA cannot drop it):
+                 ours at batch 1, 64, 1024 vs (a) RAGEN's way: gym-sokoban's SokobanEnv stepped
+                 in a Python loop + RAGEN's text render, and (b) jumanji's JAX Sokoban (grid obs).
+  sokoban_gen    new levels per second: ours (vmapped reverse-play generator) vs gym-sokoban's
+                 generate_room (host DFS), both at RAGEN's 6x6, 1 box, num_steps=int(1.7*12).
+  frozenlake     4x4 and 8x8 slippery, random actions, auto-reset, text obs: ours vs
+                 gymnasium FrozenLake-v1 (single env, gym.make wrappers).
+Run: `python benchmarks/envs.py [--quick]`. CPU numbers on a shared 2-core box are far below
+accelerator numbers; the JSON records the backend.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import random
+import sys
+import time
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agent_rl import envs
+from agent_rl.envs.base import Text
+
+RESULTS = os.path.join(os.path.dirname(__file__), "results", "envs.json")
+
+
+def _tokenizer():
+  """A character-level tokenizer (envs are tokenizer-agnostic; this one needs no training)."""
+  specials = ("<answer>", "</answer>")
+  vocab = ["<pad>"] + list(specials) + [chr(c) for c in range(32, 127)] + ["√", "\n"]
+  index = {p: i for i, p in enumerate(vocab)}
+
+  class CharTok:
+    pad_id = 0
+
+    def encode(self, text):
+      out, i = [], 0
+      while i < len(text):
+        s = next((s for s in specials if text.startswith(s, i)), None)
+        out.append(index[s or text[i]])
+        i += len(s) if s else 1
+      return out
+
+    def decode(self, ids):
+      return "".join(vocab[int(i)] for i in ids if int(i))
+
+    def byte_table(self):
+      rows = [b""] + [p.encode() for p in vocab[1:]]
+      t = np.zeros((len(rows), max(map(len, rows))), np.uint8)
+      for i, r in enumerate(rows):
+        t[i, :len(r)] = np.frombuffer(r, np.uint8)
+      return t, np.array([len(r) for r in rows], np.int32)
+
+  return CharTok()
+
+
+def _action_bank(tok, words, length=16):
+  toks = np.zeros((len(words), length), np.int32)
+  lens = np.zeros((len(words),), np.int32)
+  for i, w in enumerate(words):
+    ids = tok.encode(f"<answer>{w}</answer>")
+    toks[i, :len(ids)], lens[i] = ids, len(ids)
+  return jnp.asarray(toks), jnp.asarray(lens)
+
+
+def _timed(fn, *args, repeats):
+  out = fn(*args)
+  jax.block_until_ready(out)             # compile + warm up
+  t = time.perf_counter()
+  for _ in range(repeats):
+    out = fn(*args)
+  jax.block_until_ready(out)
+  return (time.perf_counter() - t) / repeats
+
+
+def ours_steps_per_s(env, tasks, batch, steps, words, repeats):
+  """Random actions with auto-reset; every observation is folded into a checksum."""
+  bank_toks, bank_lens = _action_bank(env.tokenizer, words)
+
+  @jax.jit
+  def run(key, tasks):
+    states, _ = jax.vmap(env.reset)(jax.random.split(key, batch), tasks)
+    starts = states
+
+    def body(carry, k):
+      states, check = carry
+      a = jax.random.randint(k, (batch,), 0, len(words))
+      acts = Text(tokens=bank_toks[a], length=bank_lens[a])
+      states, obs, reward, done, info = jax.vmap(env.step)(states, acts)
+      check = check + jnp.sum(obs.tokens * (jnp.arange(obs.tokens.shape[1]) + 1), dtype=jnp.uint32)
+      states = jax.tree.map(lambda s, r: jnp.where(done.reshape((-1,) + (1,) * (s.ndim - 1)), r, s),
+                            states, starts)
+      return (states, check + jnp.sum(reward).astype(jnp.uint32)), None
+
+    (_, check), _ = jax.lax.scan(body, (states, jnp.uint32(0)), jax.random.split(key, steps))
+    return check
+
+  sec = _timed(run, jax.random.key(0), tasks, repeats=repeats)
+  return batch * steps / sec
+
+
+def _gym_sokoban():
+  """Imports gym-sokoban; its __init__ needs pkg_resources (gone from new setuptools)."""
+  if "pkg_resources" not in sys.modules:
+    def resource_filename(pkg, path):
+      return os.path.join(os.path.dirname(importlib.util.find_spec(pkg).origin), path)
+    sys.modules["pkg_resources"] = types.SimpleNamespace(resource_filename=resource_filename)
+  from gym_sokoban.envs import room_utils, sokoban_env
+  return room_utils, sokoban_env
+
+
+def ragen_python_steps_per_s(seconds):
+  """RAGEN's Sokoban: gym-sokoban's env.step (push actions 1..4) + RAGEN's text render per step."""
+  _, sokoban_env = _gym_sokoban()
+  lookup = {0: "#", 1: "_", 2: "O", 3: "√", 4: "X", 5: "P", 6: "S"}
+
+  class RagenSokoban(sokoban_env.SokobanEnv):
+    def render_text(self):
+      room = np.where((self.room_state == 5) & (self.room_fixed == 2), 6, self.room_state)
+      return "\n".join("".join(lookup.get(c, "?") for c in row) for row in room.tolist())
+
+  env = RagenSokoban(dim_room=(6, 6), max_steps=100, num_boxes=1)
+  np.random.seed(0)
+  random.seed(0)
+  env.reset()
+  start = (env.room_state.copy(), env.room_fixed.copy(), env.box_mapping, env.player_position.copy())
+  n, check, t = 0, 0, time.perf_counter()
+  while time.perf_counter() - t < seconds:
+    _, _, done, _ = env.step(random.randint(1, 4))[:4]
+    check += len(env.render_text())
+    n += 1
+    if done:   # auto-reset to the same level, as ours does
+      env.room_state, env.room_fixed = start[0].copy(), start[1].copy()
+      env.player_position, env.num_env_steps, env.boxes_on_target = start[3].copy(), 0, 0
+  return n / (time.perf_counter() - t)
+
+
+def jumanji_steps_per_s(batch, steps, repeats):
+  from jumanji.environments import Sokoban
+  from jumanji.environments.routing.sokoban.generator import SimpleSolveGenerator
+  env = Sokoban(generator=SimpleSolveGenerator())
+
+  @jax.jit
+  def run(key):
+    states, _ = jax.vmap(env.reset)(jax.random.split(key, batch))
+    starts = states
+
+    def body(carry, k):
+      states, check = carry
+      a = jax.random.randint(k, (batch,), 0, 4)
+      states, ts = jax.vmap(env.step)(states, a)
+      check = check + jnp.sum(ts.observation.grid, dtype=jnp.uint32)
+      done = ts.last()
+      states = jax.tree.map(lambda s, r: jnp.where(done.reshape((-1,) + (1,) * (s.ndim - 1)), r, s),
+                            states, starts)
+      return (states, check), None
+
+    (_, check), _ = jax.lax.scan(body, (states, jnp.uint32(0)), jax.random.split(key, steps))
+    return check
+
+  return batch * steps / _timed(run, jax.random.key(0), repeats=repeats)
+
+
+def ours_levels_per_s(env, batch, repeats):
+  gen = jax.jit(jax.vmap(env.sample_task))
+  keys = jax.random.split(jax.random.key(1), batch)
+  return batch / _timed(gen, keys, repeats=repeats)
+
+
+def gym_sokoban_levels_per_s(seconds):
+  room_utils, _ = _gym_sokoban()
+  np.random.seed(0)
+  random.seed(0)
+  n, t = 0, time.perf_counter()
+  while time.perf_counter() - t < seconds:
+    try:
+      room_utils.generate_room(dim=(6, 6), num_steps=int(1.7 * 12), num_boxes=1)
+    except (RuntimeError, RuntimeWarning):   # gym-sokoban's own retry signal, counted as work
+      pass
+    n += 1
+  return n / (time.perf_counter() - t)
+
+
+def gymnasium_frozenlake_steps_per_s(size, seconds):
+  import gymnasium as gym
+  env = gym.make("FrozenLake-v1", map_name=f"{size}x{size}", is_slippery=True)
+  env.reset(seed=0)
+  rng = random.Random(0)
+  n, t = 0, time.perf_counter()
+  while time.perf_counter() - t < seconds:
+    _, _, term, trunc, _ = env.step(rng.randrange(4))
+    n += 1
+    if term or trunc:
+      env.reset()
+  return n / (time.perf_counter() - t)
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--quick", action="store_true", help="fewer steps (smoke run)")
+  ap.add_argument("--out", default=RESULTS)
+  args = ap.parse_args()
+  steps, reps, secs = (20, 1, 2.0) if args.quick else (100, 3, 5.0)
+  tok = _tokenizer()
+  res = {"backend": jax.default_backend(), "device": str(jax.devices()[0]), "steps_per_call": steps}
+
+  sok = envs.make("sokoban", tokenizer=tok, dim_room=(6, 6), num_boxes=1, max_steps=100)
+  pool = jax.jit(jax.vmap(sok.sample_task))(jax.random.split(jax.random.key(0), 1024))
+  words = ["Up", "Down", "Left", "Right"]
+  s = res["sokoban_step"] = {}
+  for b in (1, 64, 1024):
+    sub = jax.tree.map(lambda x: x[:b], pool)
+    s[f"ours_b{b}"] = ours_steps_per_s(sok, sub, b, steps, words, reps)
+  s["ragen_python_text"] = ragen_python_steps_per_s(secs)
+  s["jumanji_b1024_grid_obs"] = jumanji_steps_per_s(1024, steps, reps)
+  s["ratio_ours_b1024_vs_jumanji"] = s["ours_b1024"] / s["jumanji_b1024_grid_obs"]
+  s["ratio_ours_b1024_vs_ragen_python"] = s["ours_b1024"] / s["ragen_python_text"]
+  print(json.dumps(s, indent=1), flush=True)
+
+  g = res["sokoban_gen"] = {}
+  for b in (64, 1024):
+    g[f"ours_b{b}_levels_per_s"] = ours_levels_per_s(sok, b, reps)
+  g["gym_sokoban_generate_room_per_s"] = gym_sokoban_levels_per_s(secs)
+  g["ratio_ours_b1024_vs_gym"] = g["ours_b1024_levels_per_s"] / g["gym_sokoban_generate_room_per_s"]
+  print(json.dumps(g, indent=1), flush=True)
+
+  f = res["frozenlake"] = {}
+  for size in (4, 8):
+    fl = envs.make("frozenlake", tokenizer=tok, size=size, is_slippery=True, max_steps=100 if size == 4 else 200)
+    maps = jax.jit(jax.vmap(fl.sample_task))(jax.random.split(jax.random.key(2), 1024))
+    for b in (1, 1024):
+      f[f"{size}x{size}_ours_b{b}"] = ours_steps_per_s(fl, jax.tree.map(lambda x: x[:b], maps), b, steps,
+                                                       ["Left", "Down", "Right", "Up"], reps)
+    f[f"{size}x{size}_gymnasium"] = gymnasium_frozenlake_steps_per_s(size, secs)
+    f[f"{size}x{size}_ratio_b1024"] = f[f"{size}x{size}_ours_b1024"] / f[f"{size}x{size}_gymnasium"]
+  print(json.dumps(f, indent=1), flush=True)
+
+  os.makedirs(os.path.dirname(args.out), exist_ok=True)
+  with open(args.out, "w") as fh:
+    json.dump(res, fh, indent=1)
+  print("wrote", args.out)
+
+
+if __name__ == "__main__":
+  main()
