@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from agent_rl.credit.outcome import token_counts
 from agent_rl.registry import Registry
+from agent_rl.losses.kl import kl_penalty
 from agent_rl.rollout.batch import EpisodeBatch
 
 # --- DAPO overlong shaping (§1.12) ----------------------------------------------------------
@@ -54,28 +55,10 @@ def apply_overlong_penalty(batch: EpisodeBatch, *, max_response_length: int, ove
 
 # --- KL in the reward (§1.8) ----------------------------------------------------------------
 
-REWARD_KL = Registry("reward KL estimator")
-REWARD_KL.register("kl", lambda d: d)
-REWARD_KL.register("k1", REWARD_KL.get("kl"))
-REWARD_KL.register("abs", jnp.abs)
-REWARD_KL.register("mse", lambda d: 0.5 * jnp.square(d))
-REWARD_KL.register("k2", REWARD_KL.get("mse"))
-
-
-def _k3(d: jax.Array) -> jax.Array:
-  # Schulman's low-variance estimator on u = log(pi_ref / pi), clamped as verl for stability.
-  u = jnp.clip(-d, -20.0, 20.0)
-  return jnp.clip(jnp.exp(u) - u - 1.0, -10.0, 10.0)
-
-
-REWARD_KL.register("low_var_kl", _k3)
-REWARD_KL.register("k3", _k3)
-
-
 def kl_estimate(logprob: jax.Array, ref_logprob: jax.Array, kind: str = "kl") -> jax.Array:
-  """Per-token KL estimate from d = logprob - ref_logprob (§1.8 table); a trailing '+' (the
-  straight-through gradient variant) names the same value."""
-  return REWARD_KL.get(kind[:-1] if kind.endswith("+") else kind)(logprob - ref_logprob)
+  """Per-token KL estimate (§1.8 table; one implementation: `agent_rl.losses.kl_penalty`).
+  Used as a reward it carries no gradient, so a '+' variant names the same value."""
+  return jax.lax.stop_gradient(kl_penalty(logprob, ref_logprob, kind))
 
 
 def kl_in_reward(token_level_scores, old_log_prob, ref_log_prob, response_mask, beta, *, kl_penalty: str = "kl"):

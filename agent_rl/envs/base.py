@@ -11,7 +11,7 @@ An environment is a frozen (hashable, hence jit-static) dataclass with pure meth
   `length` int32; `action` is a `Text` of at most `action_len` tokens (the generated turn).
 - `reward` f32 scalar: the config-weighted sum of `info["reward_terms"]`.
 - `done` bool scalar. `info` holds at least: `success` bool, `valid_action` bool,
-  `state_hash` uint32 (fingerprint of the state after the step; equal states -> equal
+  `state_hash` uint32 (`env.state_hash(state)` of the state after the step; equal states -> equal
   hashes), `reward_terms` f32 `[K]` (e.g. success, format, step cost; names in
   `env.reward_names`). Optional: `milestone` bool, `fatal` bool, `agent_id` int32.
 - Everything is fixed-shape and vmappable; no Python control flow on traced values.

@@ -209,7 +209,7 @@ class FrozenLake:
     info = {
         "success": success,
         "valid_action": acts.valid,
-        "state_hash": fingerprint(state.desc, pos[None]),
+        "state_hash": self.state_hash(new),
         "reward_terms": terms,
         "fell": flat[pos] == H,
     }
@@ -247,6 +247,10 @@ class FrozenLake:
         break
       v = new
     return (P @ v).argmax(axis=1), v
+
+  def state_hash(self, state: FrozenLakeState) -> jax.Array:
+    """uint32 fingerprint of (map, position): the anchor-state key of GiGPO-style credit."""
+    return fingerprint(state.desc, state.pos[None])
 
   def solve(self, task: FrozenLakeTask) -> list[str]:
     """Deterministic: a shortest S->G plan (BFS). Slippery: the optimal policy's actions along

@@ -218,11 +218,16 @@ class Sokoban:
     info = {
         "success": ~jnp.any(state.targets & ~boxes),
         "valid_action": acts.valid,
-        "state_hash": fingerprint(cell_codes(state.walls, state.targets, boxes, player)),
+        "state_hash": self.state_hash(new),
         "reward_terms": terms,
         "milestone": on_after > on_before,
     }
     return new, self.render(new), reward, done, info
+
+  def state_hash(self, state: SokobanState) -> jax.Array:
+    """uint32 fingerprint of the board (walls, targets, boxes, player): the anchor state of
+    GiGPO-style credit; the episode loop also hashes initial states with it."""
+    return fingerprint(cell_codes(state.walls, state.targets, state.boxes, state.player))
 
   # -- expert ---------------------------------------------------------------------------------
   def solve(self, task: SokobanTask, max_nodes: int = 2_000_000) -> list[str]:

@@ -13,7 +13,7 @@ from agent_rl.losses.base import (AGG_MODES, LOSSES, agg_loss, entropy_from_logi
                                   get, masked_mean, names, register, token_logprobs)
 from agent_rl.losses.distill import (hindsight_gap_advantages, logits_kl, logits_kl_loss,
                                      reverse_kl_advantage, sampled_kl_loss)
-from agent_rl.losses.kl import (KL_ESTIMATORS, actor_loss, adaptive_kl_beta, kl_in_reward, kl_loss,
+from agent_rl.losses.kl import (KL_ESTIMATORS, actor_loss, kl_loss,
                                 kl_penalty)
 from agent_rl.losses.sft import sft_loss, sft_loss_from_logits
 from agent_rl.losses.turn_ratio import CLIP_NORMS

@@ -74,29 +74,6 @@ def kl_loss(logprobs, ref_logprobs, mask, *, kind="low_var_kl", loss_agg_mode="t
   return agg_loss(kl_penalty(logprobs, ref_logprobs, kind), mask, loss_agg_mode, **agg)
 
 
-def kl_in_reward(token_scores, old_logprobs, ref_logprobs, mask, *, beta, kind="low_var_kl"):
-  """KL as a reward penalty (`use_kl_in_reward`): r′_t = score_t − β·KL_t·m_t.
-
-  KL is computed from the behaviour (old) log-probs against the reference, no gradient.
-  Returns `(rewards [B, L], kl_mean)` with kl_mean the batch mean of the per-sequence masked
-  mean KL, the statistic the adaptive controller consumes.
-  """
-  m = mask.astype(float_dtype(token_scores))
-  kld = sg(kl_penalty(old_logprobs, ref_logprobs, kind)) * m
-  rewards = token_scores - beta * kld
-  kl_mean = jnp.mean(masked_mean(kld, m, axis=-1))
-  return rewards, kl_mean
-
-
-def adaptive_kl_beta(beta, kl_mean, n_steps, *, target=0.1, horizon=10000.0):
-  """verl's adaptive controller: β ← β·(1 + clip(KL̄/target − 1, −0.2, 0.2)·n_steps/horizon).
-
-  `n_steps` is the batch size B. The fixed controller is simply a constant β (default 0.001).
-  """
-  err = jnp.clip(kl_mean / target - 1.0, -0.2, 0.2)
-  return beta * (1.0 + err * n_steps / horizon)
-
-
 def actor_loss(logprobs, old_logprobs, advantages, mask, *, policy_loss="vanilla",
                loss_agg_mode="token-mean", entropy=None, entropy_coef=0.0, ref_logprobs=None,
                kl_coef=0.0, kl_type="low_var_kl", key=None, turn_index=None, weights=None,

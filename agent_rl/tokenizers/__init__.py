@@ -6,3 +6,4 @@ from agent_rl.tokenizers.train import (BOS_ID, EOS_ID, NEWLINE, PAD_ID, SPECIAL_
 
 __all__ = ["Tokenizer", "train_tokenizer", "SPECIAL_TOKENS", "NEWLINE", "PAD_ID", "UNK_ID",
            "BOS_ID", "EOS_ID"]
+from agent_rl.tokenizers.byte_level import ByteTokenizer

@@ -61,7 +61,9 @@ def test_kl_in_reward_and_controllers():
     assert float(adaptive(0.01, cur, 256)) == pytest.approx(ref.adaptive_beta(0.01, cur, 256), rel=1e-6)
   with pytest.raises(ValueError, match="horizon"):
     adaptive(0.01, 0.1, 256, horizon=0)
-  with pytest.raises(KeyError, match="unknown reward KL estimator"):
+  with pytest.raises(KeyError, match="unknown kl estimator"):
+    shaping.kl_estimate(lp, rf, "k7")
+  with pytest.raises(ValueError, match="full"):  # needs logits, not sampled log-probs
     shaping.kl_estimate(lp, rf, "full")
 
 

@@ -1,0 +1,1 @@
+"""agent_rl.eval."""

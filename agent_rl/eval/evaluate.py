@@ -1,0 +1,58 @@
+"""Evaluation on held-out task seeds: greedy success, and pass@k / avg@k from k samples.
+
+Held-out tasks come from `config.eval.seed` (disjoint from the training stream, which
+draws tasks from the run seed), so every evaluation of a run scores the same tasks.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from agent_rl.data.demos import batched_sampler
+from agent_rl.rollout.compiled import rollout
+from agent_rl.rollout.episode import EpisodeConfig
+from agent_rl.rollout.sampler import SamplerConfig
+
+
+def eval_tasks(env: Any, num_tasks: int, seed: int):
+  keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.arange(num_tasks))
+  return batched_sampler(env)(keys)
+
+
+def evaluate(policy, params, env, pieces, ecfg: EpisodeConfig, *, num_tasks: int, seed: int,
+             k: int = 1, greedy: bool = True) -> dict:
+  """Metrics `eval/success` (greedy, or sampled when greedy=False), `eval/reward`, and with
+  k > 1 `eval/pass@k` (any of k samples succeeds) and `eval/avg@k` (mean success over k)."""
+  tasks = eval_tasks(env, num_tasks, seed)
+  key = jax.random.key(seed)
+  out = {}
+  g_cfg = dataclasses.replace(
+      ecfg, group_size=1, gate=None, search=None,
+      sampler=dataclasses.replace(ecfg.sampler, greedy=greedy))
+  batch, _ = rollout(policy, params, env, tasks, key, g_cfg, pieces)
+  succ = jnp.any(batch.success, axis=1)
+  out["eval/success"] = jnp.mean(succ.astype(jnp.float32))
+  out["eval/reward"] = jnp.mean(jnp.sum(batch.reward * batch.valid, axis=1))
+  if k > 1:
+    s_cfg = dataclasses.replace(g_cfg, group_size=k,
+                                sampler=dataclasses.replace(ecfg.sampler, greedy=False))
+    batch, _ = rollout(policy, params, env, tasks, jax.random.fold_in(key, 1), s_cfg, pieces)
+    s = jnp.any(batch.success, axis=1).reshape(num_tasks, k).astype(jnp.float32)
+    out[f"eval/pass@{k}"] = jnp.mean(jnp.max(s, axis=1))
+    out[f"eval/avg@{k}"] = jnp.mean(s)
+  return out
+
+
+def episode_config(c, tokenizer) -> EpisodeConfig:
+  """The EpisodeConfig of `config.rollout` (shared by training, SFT replay and eval)."""
+  r = c.rollout
+  stops = (tokenizer.special("<|im_end|>"), tokenizer.eos_id)
+  sampler = SamplerConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                          max_tokens=r.max_action_tokens, stop_tokens=stops)
+  history = {"concatenated": "concat", "windowed": "window"}[r.history]
+  return EpisodeConfig(sampler=sampler, max_turns=r.max_turns, group_size=r.group_size,
+                       history=history, window_turns=r.window_turns,
+                       window_tokens=r.window_tokens if history == "window" else 0)

@@ -1,0 +1,52 @@
+"""A byte-level tokenizer with the same interface as `Tokenizer` (no model file).
+
+Used to build an environment once *before* a sentencepiece model exists, so the env can
+render the text the sentencepiece model is then trained on (envs need a tokenizer to
+build their piece tables). Ids: pad 0, unk 1, bos 2, eos 3, SPECIAL_TOKENS, then the 256
+bytes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from agent_rl.tokenizers.train import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
+
+
+class ByteTokenizer:
+  pad_id, bos_id, eos_id = PAD_ID, BOS_ID, EOS_ID
+  _BASE = 4 + len(SPECIAL_TOKENS)
+
+  @property
+  def vocab_size(self) -> int:
+    return self._BASE + 256
+
+  def special(self, name: str) -> int:
+    try:
+      return 4 + SPECIAL_TOKENS.index(name)
+    except ValueError:
+      raise KeyError(f"unknown special token {name!r}; known: {', '.join(SPECIAL_TOKENS)}") from None
+
+  def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+    out, i = [], 0
+    while i < len(text):
+      for j, s in enumerate(SPECIAL_TOKENS):
+        if text.startswith(s, i):
+          out.append(4 + j)
+          i += len(s)
+          break
+      else:
+        out.extend(self._BASE + b for b in text[i].encode("utf-8"))
+        i += 1
+    return ([self.bos_id] if add_bos else []) + out + ([self.eos_id] if add_eos else [])
+
+  def decode(self, ids) -> str:
+    t, k = self.byte_table()
+    return b"".join(bytes(t[i, :k[i]]) for i in np.asarray(ids).reshape(-1)).decode("utf-8", "replace")
+
+  def byte_table(self) -> tuple[np.ndarray, np.ndarray]:
+    rows = [b""] * 4 + [s.encode() for s in SPECIAL_TOKENS] + [bytes([b]) for b in range(256)]
+    kmax = max(len(r) for r in rows)
+    table = np.zeros((len(rows), kmax), np.uint8)
+    for i, r in enumerate(rows):
+      table[i, :len(r)] = np.frombuffer(r, np.uint8)
+    return table, np.array([len(r) for r in rows], np.int32)

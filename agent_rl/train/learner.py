@@ -1,0 +1,91 @@
+"""From an EpisodeBatch to parameter updates: advantages, minibatches, epochs.
+
+`prepare(batch, credit, ...)` turns a rollout into flat training rows (one per episode in
+concatenated mode, one per turn sample in windowed mode) with token-level advantages;
+`update(...)` runs `epochs` passes of shuffled minibatches through the jitted step.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+import numpy as np
+
+from agent_rl.credit import Credit, token_advantages
+from agent_rl.rollout.batch import EpisodeBatch
+from agent_rl.train.step import Minibatch, shifted_logprobs
+
+
+def prepare(batch: EpisodeBatch, credit: Credit) -> Minibatch:
+  """Flat rows `[R, L']` for the learner (R = N, or N*T in windowed mode)."""
+  mask = batch.loss_mask
+  if credit.mask is not None:  # fatal-aware masking / gated groups: [N] or [N, T]
+    m = credit.mask
+    mask = mask * (m[:, None] if m.ndim == 1 else
+                   jnp.where(batch.turn_index >= 0,
+                             jnp.take_along_axis(m, jnp.maximum(batch.turn_index, 0), 1), 1.0))
+  adv = token_advantages(credit, batch.turn_index, mask)
+  ret = credit.returns if (credit.returns is not None and credit.returns.shape == mask.shape) else None
+  attn = batch.attention_mask if batch.attention_mask is not None else jnp.ones_like(mask, bool)
+  mb = Minibatch(tokens=batch.tokens, position=batch.position, attention_mask=attn,
+                 loss_mask=mask, turn_index=batch.turn_index, old_logprobs=batch.logprobs,
+                 advantages=adv, returns=ret, old_values=batch.values if ret is not None else None,
+                 ref_logprobs=batch.ref_logprobs)
+  if batch.segment_len:
+    s = batch.segment_len
+    mb = jax.tree.map(lambda x: x.reshape(-1, s), mb)
+  return mb
+
+
+prepare_jit = jax.jit(prepare)
+
+
+def update(train_step: Callable, state: Any, rows: Minibatch, key: jax.Array, *, epochs: int,
+           minibatch_rows: int) -> tuple[Any, dict]:
+  """`epochs` shuffled passes over `rows` in minibatches; returns state and mean metrics."""
+  r = rows.tokens.shape[0]
+  mb = min(minibatch_rows, r)
+  if r % mb:
+    raise ValueError(f"config.train.minibatch_episodes: {mb} rows must divide the {r} rows "
+                     "of a rollout")
+  sums: dict = {}
+  count = 0
+  for e in range(epochs):
+    perm = jax.random.permutation(jax.random.fold_in(key, e), r)
+    for i in range(r // mb):
+      idx = perm[i * mb:(i + 1) * mb]
+      part = jax.tree.map(lambda x: x[idx], rows)
+      state, m = train_step(state, part)
+      sums = m if not sums else jax.tree.map(jnp.add, sums, m)
+      count += 1
+  return state, {k: v / count for k, v in sums.items()}
+
+
+def _rows(batch: EpisodeBatch):
+  """(tokens, positions, attention mask) as forward rows, and the `[N, L]` shape to restore."""
+  tok, pos = batch.tokens, batch.position
+  attn = batch.attention_mask if batch.attention_mask is not None else jnp.ones(tok.shape, bool)
+  if batch.segment_len:
+    tok, pos, attn = (x.reshape(-1, batch.segment_len) for x in (tok, pos, attn))
+  return tok, pos, attn, batch.tokens.shape
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def critic_values(graphdef, params, batch: EpisodeBatch) -> jax.Array:
+  """Rollout-time critic values `[N, L]` (V of each prefix) for GAE-family credit."""
+  tok, pos, attn, shape = _rows(batch)
+  _, values = nnx.merge(graphdef, params)(tok, pos, attn)
+  return (values * attn).reshape(shape)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def reference_logprobs(lm_graphdef, ref_params, batch: EpisodeBatch) -> jax.Array:
+  """Log-probs `[N, L]` of the batch's tokens under a frozen reference policy (for KL)."""
+  from agent_rl.models import forward  # the learner may run without the models room loaded
+  tok, pos, attn, shape = _rows(batch)
+  logits, _ = forward(lm_graphdef, ref_params, tok, pos, attn)
+  lp, _ = shifted_logprobs(logits, tok)
+  return (lp * attn).reshape(shape)

@@ -1,0 +1,36 @@
+"""Optimizers from config: AdamW (or SGD), warmup + constant/cosine, global-norm clipping,
+gradient accumulation (optax.MultiSteps)."""
+from __future__ import annotations
+
+import ml_collections as mlc
+import optax
+
+
+def make_schedule(o: mlc.ConfigDict, total_steps: int) -> optax.Schedule:
+  total = max(int(o.total_steps or total_steps), 1)
+  warm = int(o.warmup_steps)
+  if o.schedule == "constant":
+    main = optax.constant_schedule(o.lr)
+  elif o.schedule == "cosine":
+    main = optax.cosine_decay_schedule(o.lr, max(total - warm, 1))
+  else:
+    raise ValueError(f"config.optim.schedule: unknown schedule {o.schedule!r}")
+  if warm <= 0:
+    return main
+  return optax.join_schedules([optax.linear_schedule(0.0, o.lr, warm), main], [warm])
+
+
+def make_optimizer(o: mlc.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+  """`o` is `config.optim`; `total_steps` the number of updates (for cosine decay)."""
+  sched = make_schedule(o, total_steps)
+  if o.name == "adamw":
+    opt = optax.adamw(sched, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay)
+  elif o.name == "sgd":
+    opt = optax.sgd(sched)
+  else:
+    raise ValueError(f"config.optim.name: unknown optimizer {o.name!r}; known: adamw, sgd")
+  if o.clip_norm and o.clip_norm > 0:
+    opt = optax.chain(optax.clip_by_global_norm(o.clip_norm), opt)
+  if o.grad_accum > 1:
+    opt = optax.MultiSteps(opt, every_k_schedule=int(o.grad_accum))
+  return opt

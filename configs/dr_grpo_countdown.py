@@ -1,0 +1,38 @@
+"""Dr.GRPO and DAPO variants on Countdown (RAGEN / TinyZero task).
+
+Dr.GRPO (Liu et al., 2025, "Understanding R1-Zero-Like Training", arXiv:2503.20783): no std
+normalisation of group advantages, seq-mean-token-sum-norm aggregation, no KL
+(ALGORITHMS.md §1.2). DAPO (Yu et al., 2025, arXiv:2503.14476): clip-higher (0.2/0.28),
+token-mean aggregation, dynamic sampling of zero-spread groups (§1.12).
+
+  python -m agent_rl.train --config=configs/dr_grpo_countdown.py:tiny --workdir=/tmp/drgrpo
+  python -m agent_rl.train --config=configs/dr_grpo_countdown.py:tiny,dapo --workdir=/tmp/dapo
+
+Expected: tiny — single-turn Countdown with 3 numbers; reward rises from the format score
+(0.1) as the SFT-initialised policy finds correct expressions. full — the papers report
+Qwen2.5-Math-scale results on math benchmarks; not reproduced here.
+"""
+from agent_rl.train.config import scaled_config
+
+
+def get_config(arg: str | None = None):
+  c, args = scaled_config(arg)
+  c.env.name = "countdown"
+  c.env.kwargs.min_numbers = 3
+  c.env.kwargs.max_numbers = 3
+  c.env.kwargs.max_target = 100
+  c.rollout.max_turns = 1
+  c.rollout.max_action_tokens = 16 if c.scale == "tiny" else 256
+  if "dapo" in args:
+    c.credit.name = "grpo"
+    c.loss.name = "vanilla"
+    c.loss.agg_mode = "token-mean"
+    c.loss.kwargs.clip_ratio_low = 0.2
+    c.loss.kwargs.clip_ratio_high = 0.28
+    c.rollout.strategy = "dapo"
+    c.rollout.strategy_kwargs.max_num_gen_batches = 3
+  else:
+    c.credit.name = "dr_grpo"
+    c.loss.name = "vanilla"
+    c.loss.agg_mode = "seq-mean-token-sum-norm"
+  return c

@@ -1,0 +1,31 @@
+"""RAGEN StarPO on FrozenLake (Wang et al., 2025, arXiv:2504.20073), slippery 4x4 maps.
+
+  python -m agent_rl.train --config=configs/ragen_frozenlake.py:tiny --workdir=/tmp/fl
+  variants: `ppo` (critic + GAE), `tsr` (TSR best-of-4 trajectory search rollouts,
+  arXiv:2602.11767, ALGORITHMS.md §4.10; design proposal), `full`.
+
+Expected: tiny — greedy held-out success rises above the SFT warm start within 30
+iterations (slippery maps cap success well below 1). full — RAGEN reports ~0.2 success for
+0.5B StarPO on slippery FrozenLake; not reproduced here.
+"""
+from agent_rl.train.config import scaled_config
+
+
+def get_config(arg: str | None = None):
+  c, args = scaled_config(arg)
+  c.env.name = "frozenlake"
+  c.env.kwargs.size = 4
+  c.env.kwargs.is_slippery = True
+  c.env.kwargs.max_steps = 8
+  c.credit.name = "grpo"
+  c.loss.name = "vanilla"
+  c.loss.kwargs.clip_ratio_low = 0.2
+  c.loss.kwargs.clip_ratio_high = 0.28
+  if "ppo" in args:
+    c.model.critic = "shared"
+    c.credit.name = "gae"
+  if "tsr" in args:
+    c.rollout.strategy = "tsr"
+    c.rollout.strategy_kwargs.mode = "best_of_n"
+    c.rollout.strategy_kwargs.num_candidates = 4
+  return c

@@ -1,0 +1,22 @@
+"""The smallest end-to-end config (seconds of compute) shared by the learner tests."""
+from agent_rl.train.config import base_config
+
+
+def tiny_config(*, iterations=2, ckpt_every=1, sft_steps=0, credit="grpo", loss="vanilla",
+                env="sokoban", critic="none"):
+  c = base_config()
+  c.env.name = env
+  if env == "sokoban":
+    c.env.kwargs.max_steps = 6
+  c.model.hidden, c.model.num_layers, c.model.num_heads = 32, 1, 2
+  c.model.num_kv_heads, c.model.intermediate = 1, 64
+  c.model.critic = critic
+  c.tokenizer.vocab_size = 400
+  c.rollout.num_tasks, c.rollout.group_size = 2, 2
+  c.rollout.max_turns, c.rollout.max_action_tokens = 2, 8
+  c.credit.name, c.loss.name = credit, loss
+  c.sft.steps, c.sft.batch_size, c.sft.num_demos = sft_steps, 4, 8
+  c.train.iterations, c.train.minibatch_episodes = iterations, 2
+  c.train.eval_every, c.train.ckpt_every = 2, ckpt_every
+  c.eval.num_tasks, c.eval.k = 4, 2
+  return c
