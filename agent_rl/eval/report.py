@@ -47,7 +47,13 @@ def write_report(workdir: str) -> tuple[str, str]:
   xs, ys = _series(recs, "eval/success")
   if xs:
     lines += [f"- held-out success: {ys[0]:.3f} at step {xs[0]} -> {ys[-1]:.3f} at step {xs[-1]} "
-              f"(best {max(ys):.3f})"]
+              f"(best {max(ys):.3f})",
+              "- held-out success by step: " + ", ".join(f"{x}: {y:.3f}" for x, y in zip(xs, ys))]
+    rl_start = min((r["step"] for r in recs if "rollout/success" in r), default=None)
+    if rl_start is not None and rl_start > 1:
+      warm = [y for x, y in zip(xs, ys) if x == rl_start - 1]
+      if warm:
+        lines.append(f"- SFT warm start (step {rl_start - 1}): {warm[-1]:.3f}; after RL: {ys[-1]:.3f}")
   for key in ("rollout/success", "rollout/reward", "loss/total", "time/iteration_s"):
     xs, ys = _series(recs, key)
     if xs:

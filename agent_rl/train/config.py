@@ -116,8 +116,8 @@ def scaled_config(arg: str | None):
     c.model.num_kv_heads, c.model.intermediate = 2, 384
     c.tokenizer.vocab_size = 768
     c.rollout.num_tasks, c.rollout.group_size = 16, 8
-    c.rollout.max_turns, c.rollout.max_action_tokens = 4, 8
-    c.sft.steps, c.sft.batch_size, c.sft.num_demos, c.sft.lr = 150, 32, 256, 2e-3
+    c.rollout.max_turns, c.rollout.max_action_tokens = 5, 8
+    c.sft.steps, c.sft.batch_size, c.sft.num_demos, c.sft.lr = 100, 32, 256, 2e-3
     c.optim.lr = 2e-4
     c.train.iterations, c.train.minibatch_episodes = 30, 64
     c.train.eval_every, c.train.ckpt_every = 10, 10
