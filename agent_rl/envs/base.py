@@ -65,3 +65,21 @@ def _mix(x: jax.Array) -> jax.Array:
   x = x ^ (x >> 13)
   x = x * jnp.uint32(0xC2B2AE35)
   return x ^ (x >> 16)
+
+
+def validate_fields(env: Any, reward_names: tuple, positive: tuple[str, ...]) -> None:
+  """Start-up checks shared by the grid envs; errors name the env and the field.
+
+  Requires a tokenizer, normalizes `env.reward_weights` to a float tuple with one weight per
+  reward term, and checks that each field in `positive` is an integer >= 1.
+  """
+  kind = type(env).__name__
+  if env.tokenizer is None:
+    raise ValueError(f"{kind} needs tokenizer= (anything with encode/decode/pad_id/byte_table)")
+  object.__setattr__(env, "reward_weights", tuple(float(x) for x in env.reward_weights))
+  if len(env.reward_weights) != len(reward_names):
+    raise ValueError(f"{kind}.reward_weights needs {len(reward_names)} values {reward_names}, "
+                     f"got {env.reward_weights}")
+  for name in positive:
+    if int(getattr(env, name)) < 1:
+      raise ValueError(f"{kind}.{name} must be >= 1, got {getattr(env, name)}")

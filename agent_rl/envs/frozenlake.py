@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from agent_rl.envs.base import ENVS, Text, fingerprint
+from agent_rl.envs.base import ENVS, Text, fingerprint, validate_fields
 from agent_rl.envs.text import ActionParser, GridRenderer
 
 GLYPHS = ("P", "_", "O", "G", "X", "√")     # RAGEN's GRID_LOOKUP codes 0..5
@@ -101,21 +101,13 @@ class FrozenLake:
   reward_names = REWARD_NAMES
 
   def __post_init__(self):
-    if self.tokenizer is None:
-      raise ValueError("FrozenLake needs tokenizer= (anything with encode/decode/pad_id/byte_table)")
+    validate_fields(self, REWARD_NAMES, ("max_steps", "max_actions", "chunk"))
     if int(self.size) < 2:
       raise ValueError(f"size must be >= 2, got {self.size}")
     if not 0.0 < self.p <= 1.0:
       raise ValueError(f"p (probability of a frozen cell) must be in (0, 1], got {self.p}")
     if not 0.0 <= self.success_rate <= 1.0:
       raise ValueError(f"success_rate must be in [0, 1], got {self.success_rate}")
-    object.__setattr__(self, "reward_weights", tuple(float(x) for x in self.reward_weights))
-    if len(self.reward_weights) != len(REWARD_NAMES):
-      raise ValueError(f"reward_weights needs {len(REWARD_NAMES)} values {REWARD_NAMES}, "
-                       f"got {self.reward_weights}")
-    for name in ("max_steps", "max_actions", "chunk"):
-      if int(getattr(self, name)) < 1:
-        raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
     object.__setattr__(self, "grid", GridRenderer(self.tokenizer, GLYPHS, (self.size,) * 2, self.chunk))
     words = {a.lower(): i for i, a in enumerate(ACTIONS)}
     object.__setattr__(self, "parser", ActionParser(

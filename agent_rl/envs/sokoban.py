@@ -32,7 +32,7 @@ import numpy as np
 from flax import struct
 
 from agent_rl.envs import sokoban_gen
-from agent_rl.envs.base import ENVS, Text, fingerprint
+from agent_rl.envs.base import ENVS, Text, fingerprint, validate_fields
 from agent_rl.envs.text import ActionParser, GridRenderer
 
 GLYPHS = ("#", "_", "O", "√", "X", "P", "S")   # codes 0..6, RAGEN's GRID_LOOKUP
@@ -116,19 +116,12 @@ class Sokoban:
   reward_names = REWARD_NAMES
 
   def __post_init__(self):
-    if self.tokenizer is None:
-      raise ValueError("Sokoban needs tokenizer= (anything with encode/decode/pad_id/byte_table)")
+    validate_fields(self, REWARD_NAMES, ("num_boxes", "max_steps", "max_actions", "chunk",
+                                         "gen_walks", "gen_walk_len"))
     dim = (self.dim_room,) * 2 if isinstance(self.dim_room, int) else tuple(self.dim_room)
     if len(dim) != 2 or min(dim) < 3:
       raise ValueError(f"dim_room must be (H, W) with both >= 3, got {self.dim_room!r}")
     object.__setattr__(self, "dim_room", dim)
-    object.__setattr__(self, "reward_weights", tuple(float(x) for x in self.reward_weights))
-    if len(self.reward_weights) != len(REWARD_NAMES):
-      raise ValueError(f"reward_weights needs {len(REWARD_NAMES)} values {REWARD_NAMES}, "
-                       f"got {self.reward_weights}")
-    for name in ("num_boxes", "max_steps", "max_actions", "chunk", "gen_walks", "gen_walk_len"):
-      if int(getattr(self, name)) < 1:
-        raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
     if (dim[0] - 2) * (dim[1] - 2) <= self.num_boxes + 1:
       raise ValueError(f"dim_room={dim} has no room for num_boxes={self.num_boxes} and a player")
     object.__setattr__(self, "grid", GridRenderer(self.tokenizer, GLYPHS, dim, self.chunk))
