@@ -43,3 +43,16 @@ def test_corrupt_latest_checkpoint_falls_back(tmp_path, capsys):
   assert f"checkpoint step {latest}" in out and "corrupt" in out
   assert os.path.isdir(os.path.join(wd, "checkpoints_corrupt", str(latest)))  # kept, not deleted
   assert [r["step"] for r in _records(wd) if "rollout/success" in r] == [1, 2, 3]
+
+
+def test_evaluate_from_checkpoint_alone_matches_the_run(tmp_path):
+  from agent_rl.evaluate import evaluate_checkpoint
+  c = tiny_config(iterations=2, ckpt_every=1, sft_steps=0)
+  wd = str(tmp_path / "w")
+  run(c, wd)
+  final_eval = [r for r in _records(wd) if "eval/success" in r][-1]
+  got = evaluate_checkpoint(c, wd)
+  assert got["iteration"] == 2
+  for k in ("eval/success", "eval/reward", "eval/pass@2", "eval/avg@2"):
+    assert got[k] == final_eval[k], k
+  assert os.path.exists(os.path.join(wd, "eval.json"))
