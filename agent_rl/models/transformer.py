@@ -98,16 +98,23 @@ class Transformer(nnx.Module):
       # Query l of the block sits at slot index + l: it sees valid slots up to its own.
       causal = slots[None, :] <= index + jnp.arange(l, dtype=jnp.int32)[:, None]
       bias = mask_to_bias(causal[None] & cvalid[:, None, :])[:, None, None]
-      ks, vs = [], []
-      for i, blk in enumerate(self.layers):
-        y, kc, vc = blk.attn.cached(blk.attn_norm(x), cos, sin, cache.k[i], cache.v[i], index, bias)
-        x = x + y
-        x = x + blk.mlp(blk.mlp_norm(x))
-        ks.append(kc)
-        vs.append(vc)
-      new_cache = KVCache(k=tuple(ks), v=tuple(vs), valid=cvalid, index=index + l)
+      x, ks, vs = self._cached_layers(
+          x, lambda blk, h, k, v: blk.attn.cached(h, cos, sin, k, v, index, bias), cache)
+      new_cache = KVCache(k=ks, v=vs, valid=cvalid, index=index + l)
     hidden = self.final_norm(x)
     return self.logits(hidden), hidden, new_cache
+
+  def _cached_layers(self, x, attend, cache: KVCache):
+    """Runs the blocks with `attend(block, normed_x, k_cache, v_cache) -> (y, k, v)` (the
+    cached-block or the decode attention); returns x and the updated per-layer caches."""
+    ks, vs = [], []
+    for i, blk in enumerate(self.layers):
+      y, kc, vc = attend(blk, blk.attn_norm(x), cache.k[i], cache.v[i])
+      x = x + y
+      x = x + blk.mlp(blk.mlp_norm(x))
+      ks.append(kc)
+      vs.append(vc)
+    return x, tuple(ks), tuple(vs)
 
   def decode(self, tokens, positions, cache: KVCache, valid=None
              ) -> Tuple[jax.Array, jax.Array, KVCache]:
@@ -130,15 +137,10 @@ class Transformer(nnx.Module):
     bias = mask_to_bias(cvalid)[:, None, None, :]
     x = self.embed(tokens)
     cos, sin = self._rope(positions)
-    ks, vs = [], []
-    for i, blk in enumerate(self.layers):
-      y, kc, vc = blk.attn.decode(blk.attn_norm(x), cos, sin, cache.k[i], cache.v[i], index, bias)
-      x = x + y
-      x = x + blk.mlp(blk.mlp_norm(x))
-      ks.append(kc)
-      vs.append(vc)
+    x, ks, vs = self._cached_layers(
+        x, lambda blk, h, k, v: blk.attn.decode(h, cos, sin, k, v, index, bias), cache)
     hidden = self.final_norm(x)
-    new_cache = KVCache(k=tuple(ks), v=tuple(vs), valid=cvalid, index=index + 1)
+    new_cache = KVCache(k=ks, v=vs, valid=cvalid, index=index + 1)
     return self.logits(hidden), hidden, new_cache
 
 

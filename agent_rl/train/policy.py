@@ -45,10 +45,3 @@ def make_apply(graphdef):
     return nnx.merge(graphdef, params)(tokens, positions, valid)
 
   return apply
-
-
-def policy_view(graphdef, params):
-  """(graphdef, state) of the policy LM alone, sharing the same arrays (no copy): what the
-  sampler uses, so rollout and learner read the same sharded parameters."""
-  model = nnx.merge(graphdef, params)
-  return nnx.split(model.lm)
