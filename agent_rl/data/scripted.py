@@ -67,7 +67,8 @@ def encode_plans(tokenizer, plans: Sequence[Sequence[str]], num_turns: int, max_
   """Expert action strings -> forced tokens `[N, T, A]` int32, each turn ending in <|im_end|>.
 
   A plan longer than `num_turns` is cut (the episode is truncated like an RL episode);
-  a turn whose text does not fit `max_tokens` raises, naming the action.
+  a turn whose text does not fit `max_tokens` raises, naming the text. `fmt="{}"` takes
+  preformatted turn texts (e.g. SPA world-model turns, `agent_rl.data.world_model`).
   """
   end = tokenizer.special("<|im_end|>")
   out = np.full((len(plans), num_turns, max_tokens), end, np.int32)
@@ -75,7 +76,7 @@ def encode_plans(tokenizer, plans: Sequence[Sequence[str]], num_turns: int, max_
     for t, action in enumerate(list(plan)[:num_turns]):
       ids = tokenizer.encode(fmt.format(action)) + [end]
       if len(ids) > max_tokens:
-        raise ValueError(f"expert action {action!r} is {len(ids)} tokens; "
-                         f"config.rollout.max_action_tokens={max_tokens} is too small")
+        raise ValueError(f"expert turn {fmt.format(action)!r} is {len(ids)} tokens with "
+                         f"<|im_end|>; config.rollout.max_action_tokens={max_tokens} is too small")
       out[i, t, :len(ids)] = ids
   return out

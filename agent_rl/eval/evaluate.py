@@ -23,10 +23,11 @@ def eval_tasks(env: Any, num_tasks: int, seed: int):
 
 
 def evaluate(policy, params, env, pieces, ecfg: EpisodeConfig, *, num_tasks: int, seed: int,
-             k: int = 1, greedy: bool = True) -> dict:
+             k: int = 1, greedy: bool = True, place=lambda x: x) -> dict:
   """Metrics `eval/success` (greedy, or sampled when greedy=False), `eval/reward`, and with
-  k > 1 `eval/pass@k` (any of k samples succeeds) and `eval/avg@k` (mean success over k)."""
-  tasks = eval_tasks(env, num_tasks, seed)
+  k > 1 `eval/pass@k` (any of k samples succeeds) and `eval/avg@k` (mean success over k).
+  `place` lays the tasks out on the mesh (row-sharded when the count divides it)."""
+  tasks = place(eval_tasks(env, num_tasks, seed))
   key = jax.random.key(seed)
   out = {}
   g_cfg = dataclasses.replace(

@@ -17,6 +17,14 @@ from agent_rl.models.layers import apply_rope, dense_init, make_param
 
 # Large but finite: fully masked rows (padding queries) stay NaN-free.
 MASK_BIAS = -1e30
+# Causal query chunks of the full path: 4 computes 5/8 of the L x L scores (vs 1/2 ideal).
+QUERY_CHUNKS = 4
+
+
+def _chunk_bounds(length: int, chunks: int) -> list[tuple[int, int]]:
+  """Static (lo, hi) query ranges covering [0, length) in up to `chunks` near-equal pieces."""
+  cuts = sorted({round(i * length / chunks) for i in range(chunks + 1)})
+  return list(zip(cuts[:-1], cuts[1:]))
 
 
 def mask_to_bias(mask: jax.Array) -> jax.Array:
@@ -72,21 +80,45 @@ class Attention(nnx.Module):
     w = self.o[...].astype(self.dtype)
     return y.reshape(*y.shape[:-2], -1) @ w.reshape(-1, w.shape[-1])
 
-  def full(self, x, cos, sin, bias):
-    """x: [B,L,E], cos/sin: [B,L,D/2], bias: [B,1,1,L,L] -> [B,L,E]."""
-    q, k, v = self._qkv(x, cos, sin)
-    s = jnp.einsum("blkgd,bskd->bkgls", q, k, preferred_element_type=jnp.float32)
-    p = _softmax(s, bias).astype(self.dtype)
-    y = jnp.einsum("bkgls,bskd->blkgd", p, v)
-    return self._out(y.reshape(*y.shape[:2], -1, self.head_dim))
+  def full(self, x, cos, sin, bias, batch: int):
+    """Training/scoring path on flat rows. x: [B*L,E], cos/sin: [B*L,D/2], bias: [B,1,1,L,L]
+    -> [B*L,E] (`batch` = B).
 
-  def cached(self, x, cos, sin, k_cache, v_cache, index, bias):
+    Projections stay 2-D (XLA:CPU's backward of [B,L,E] @ [E,F] was ~2x slower). Queries go
+    in `QUERY_CHUNKS` chunks, each scored only against the keys up to its own end, so the
+    fully masked blocks above the causal diagonal are never computed. Skipped keys would get
+    weight exp(MASK_BIAS) = 0: valid queries are unchanged; only rows with no valid key at
+    all (padding queries, whose outputs nothing reads) may differ.
+    """
+    q, k, v = self._qkv(x, cos, sin)  # q [B*L,KVH,G,D]; k, v [B*L,KVH,D]
+    t, kvh, g, d = q.shape
+    l = t // batch
+    # Heads-major, a query head group's rows (l, g) merged: q [B,KVH,L*G,D], k/v [B,KVH,L,D],
+    # so both attention products (and their gradients) are plain batched GEMMs.
+    q = q.reshape(batch, l, kvh, g, d).transpose(0, 2, 1, 3, 4).reshape(batch, kvh, l * g, d)
+    k, v = (a.reshape(batch, l, kvh, d).transpose(0, 2, 1, 3) for a in (k, v))
+    ys = []
+    for lo, hi in _chunk_bounds(l, QUERY_CHUNKS):
+      s = jnp.einsum("bkmd,bksd->bkms", q[:, :, lo * g:hi * g], k[:, :, :hi],
+                     preferred_element_type=jnp.float32)
+      s = s.reshape(batch, kvh, hi - lo, g, hi)
+      p = _softmax(s, bias[:, :, 0, lo:hi, None, :hi]).astype(self.dtype)
+      ys.append(jnp.einsum("bkms,bksd->bkmd", p.reshape(batch, kvh, -1, hi), v[:, :, :hi]))
+    y = ys[0] if len(ys) == 1 else jnp.concatenate(ys, axis=2)
+    y = y.reshape(batch, kvh, l, g, d).transpose(0, 2, 1, 3, 4)
+    return self._out(y.reshape(t, kvh * g, d))
+
+  def cached(self, x, cos, sin, k_cache, v_cache, index, bias, rows=None):
     """Block of L tokens written at slot `index`.
 
     x: [B,L,E]; k_cache [B,KVH,D,S]; v_cache [B,KVH,S,D]; bias [B,1,1,L,S].
-    Returns y [B,L,E] and the updated caches.
+    rows: optional [B] int32, the one query row per batch row whose output is needed.
+    Returns y [B,L,E] ([B,1,E] with rows) and the updated caches (all L rows written).
     """
     q, k, v = self._qkv(x, cos, sin)
+    if rows is not None:
+      q = jnp.take_along_axis(q, rows[:, None, None, None, None], axis=1)
+      bias = jnp.take_along_axis(bias, rows[:, None, None, None, None], axis=3)
     zero = jnp.zeros((), jnp.int32)
     k_cache = jax.lax.dynamic_update_slice(
         k_cache, jnp.transpose(k, (0, 2, 3, 1)).astype(k_cache.dtype), (zero, zero, zero, index))
@@ -107,7 +139,10 @@ class Attention(nnx.Module):
     v_cache = jax.lax.dynamic_update_slice(
         v_cache, v[:, :, None, :].astype(v_cache.dtype), (zero, zero, index, zero))
     kc, vc = k_cache.astype(self.dtype), v_cache.astype(self.dtype)
-    s = jnp.einsum("bkgd,bkds->bkgs", q, kc, preferred_element_type=jnp.float32)
-    p = _softmax(s, bias).astype(self.dtype)
-    y = jnp.einsum("bkgs,bksd->bkgd", p, vc)
+    s = jnp.einsum("bkgd,bkds->bkgs", q, kc, preferred_element_type=jnp.float32) + bias
+    e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+    # Normalized after p @ V: one pass over [B,KVH,G,D] instead of [B,KVH,G,S] (and one op
+    # fewer per layer and step, which is what decode time is made of at these sizes).
+    y = jnp.einsum("bkgs,bksd->bkgd", e.astype(self.dtype), vc)
+    y = y / jnp.sum(e, axis=-1, keepdims=True).astype(self.dtype)
     return self._out(y.reshape(y.shape[0], -1, self.head_dim)), k_cache, v_cache

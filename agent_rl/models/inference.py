@@ -3,7 +3,7 @@
 This is the contract that rollout, envs and learners code against:
 
   forward(graphdef, state, tokens, positions, valid)          -> logits, hidden
-  prefill(graphdef, state, tokens, positions, valid, cache)   -> logits, hidden, cache
+  prefill(graphdef, state, tokens, positions, valid, cache, rows=None) -> logits, hidden, cache
   decode_step(graphdef, state, tokens, positions, cache, valid=None) -> logits, hidden, cache
 
 Each is `jax.jit`-ed with `graphdef` static (`nnx.merge` runs at trace time only), so they
@@ -42,7 +42,8 @@ def forward(graphdef, state, tokens: jax.Array, positions: jax.Array, valid: jax
 
 @functools.partial(jax.jit, static_argnums=0)
 def prefill(graphdef, state, tokens: jax.Array, positions: jax.Array, valid: jax.Array,
-            cache: KVCache) -> Tuple[jax.Array, jax.Array, KVCache]:
+            cache: KVCache, rows: Optional[jax.Array] = None
+            ) -> Tuple[jax.Array, jax.Array, KVCache]:
   """Writes a block of L tokens at `cache.index` and returns its logits.
 
   Each query attends to earlier valid cache slots and causally within the block, so the
@@ -50,8 +51,11 @@ def prefill(graphdef, state, tokens: jax.Array, positions: jax.Array, valid: jax
   (ragged per row through `valid`). The block must fit: index + L <= cache.max_len.
   tokens, positions: [B,L] int32; valid: [B,L] bool.
   Returns logits [B,L,V] f32, hidden [B,L,E], cache with index += L.
+  rows: optional [B] int32 (e.g. each row's last valid token): then only that row of the
+  block is returned, logits [B,V] and hidden [B,E], and the last layer's attention output,
+  MLP and head run on it alone (the cheap way to start sampling after a prompt).
   """
-  return _merge(graphdef, state).apply(tokens, positions, valid, cache)
+  return _merge(graphdef, state).apply(tokens, positions, valid, cache, rows)
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -54,9 +54,10 @@ class Transformer(nnx.Module):
     return self.lm_head[...]
 
   def logits(self, hidden: jax.Array) -> jax.Array:
-    """hidden: [..., E] -> float32 logits [..., V]."""
+    """hidden: [..., E] -> float32 logits [..., V] (one 2-D GEMM over the flattened rows)."""
     w = self.head_weight().astype(hidden.dtype)
-    return jnp.matmul(hidden, w, preferred_element_type=jnp.float32)
+    y = jnp.matmul(hidden.reshape(-1, hidden.shape[-1]), w, preferred_element_type=jnp.float32)
+    return y.reshape(*hidden.shape[:-1], w.shape[-1])
 
   def _rope(self, positions):
     return rope_cos_sin(positions, rope_inv_freq(self.cfg))
@@ -71,24 +72,36 @@ class Transformer(nnx.Module):
       valid = jnp.ones((b, l), jnp.bool_)
     return self.apply(tokens, positions, valid)[0]
 
-  def apply(self, tokens, positions, valid, cache: Optional[KVCache] = None
+  def apply(self, tokens, positions, valid, cache: Optional[KVCache] = None,
+            rows: Optional[jax.Array] = None
             ) -> Tuple[jax.Array, jax.Array, Optional[KVCache]]:
     """Full forward (cache None) or a block written into `cache` at `cache.index`.
 
     tokens, positions: [B,L] int32; valid: [B,L] bool.
     Returns logits [B,L,V] f32, hidden [B,L,E] (after the final norm), cache (or None).
+    rows: optional [B] int32, cache path only: return just block row `rows[b]` of each row b
+      (logits [B,V], hidden [B,E]); the last layer then runs its attention output, MLP and
+      the final norm on those rows alone (every row's K/V is still written), as
+      `transformers` does with `logits_to_keep=1`.
     """
+    if rows is not None and (cache is None or rows.shape != tokens.shape[:1]):
+      raise ValueError(f"apply(rows=...) needs a cache and rows [B]={tokens.shape[:1]}, got "
+                       f"cache {'None' if cache is None else 'given'}, rows {rows.shape}")
     _check_block(tokens, positions, valid)
     valid = valid.astype(jnp.bool_)
     x = self.embed(tokens)
     cos, sin = self._rope(positions)
     l = tokens.shape[1]
     if cache is None:
+      b = tokens.shape[0]
       causal = jnp.tril(jnp.ones((l, l), jnp.bool_))
       bias = mask_to_bias(causal[None] & valid[:, None, :])[:, None, None]
+      # Rows flattened to [B*L, E] through the blocks: 2-D GEMMs in forward and backward.
+      x, cos, sin = (a.reshape(b * l, a.shape[-1]) for a in (x, cos, sin))
       for blk in self.layers:
-        x = x + blk.attn.full(blk.attn_norm(x), cos, sin, bias)
+        x = x + blk.attn.full(blk.attn_norm(x), cos, sin, bias, b)
         x = x + blk.mlp(blk.mlp_norm(x))
+      x = x.reshape(b, l, -1)
       new_cache = None
     else:
       _check_cache(self.cfg, cache, tokens.shape[0])
@@ -99,17 +112,27 @@ class Transformer(nnx.Module):
       causal = slots[None, :] <= index + jnp.arange(l, dtype=jnp.int32)[:, None]
       bias = mask_to_bias(causal[None] & cvalid[:, None, :])[:, None, None]
       x, ks, vs = self._cached_layers(
-          x, lambda blk, h, k, v: blk.attn.cached(h, cos, sin, k, v, index, bias), cache)
+          x, lambda blk, h, k, v, q_rows: blk.attn.cached(h, cos, sin, k, v, index, bias, q_rows),
+          cache, rows)
       new_cache = KVCache(k=ks, v=vs, valid=cvalid, index=index + l)
+      if rows is not None:
+        x = x[:, 0]
     hidden = self.final_norm(x)
     return self.logits(hidden), hidden, new_cache
 
-  def _cached_layers(self, x, attend, cache: KVCache):
-    """Runs the blocks with `attend(block, normed_x, k_cache, v_cache) -> (y, k, v)` (the
-    cached-block or the decode attention); returns x and the updated per-layer caches."""
+  def _cached_layers(self, x, attend, cache: KVCache, rows=None):
+    """Runs the blocks with `attend(block, normed_x, k_cache, v_cache, q_rows) -> (y, k, v)`
+    (the cached-block or the decode attention); returns x and the updated per-layer caches.
+
+    rows [B] int32 (block path only): the last block keeps only x[b, rows[b]] (x -> [B,1,E]).
+    """
     ks, vs = [], []
+    last = len(self.layers) - 1
     for i, blk in enumerate(self.layers):
-      y, kc, vc = attend(blk, blk.attn_norm(x), cache.k[i], cache.v[i])
+      q_rows = rows if i == last else None
+      y, kc, vc = attend(blk, blk.attn_norm(x), cache.k[i], cache.v[i], q_rows)
+      if q_rows is not None:
+        x = jnp.take_along_axis(x, q_rows[:, None, None], axis=1)
       x = x + y
       x = x + blk.mlp(blk.mlp_norm(x))
       ks.append(kc)
@@ -138,7 +161,7 @@ class Transformer(nnx.Module):
     x = self.embed(tokens)
     cos, sin = self._rope(positions)
     x, ks, vs = self._cached_layers(
-        x, lambda blk, h, k, v: blk.attn.decode(h, cos, sin, k, v, index, bias), cache)
+        x, lambda blk, h, k, v, _: blk.attn.decode(h, cos, sin, k, v, index, bias), cache)
     hidden = self.final_norm(x)
     new_cache = KVCache(k=ks, v=vs, valid=cvalid, index=index + 1)
     return self.logits(hidden), hidden, new_cache

@@ -11,6 +11,8 @@ import math
 from typing import Mapping, Sequence
 
 import jax
+import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
 AXES: tuple[str, ...] = ("data", "fsdp", "tensor")
@@ -45,18 +47,40 @@ def resolve_shape(shape: Sequence[int], axis_names: Sequence[str], num_devices: 
 
 def make_mesh(shape: Sequence[int] | Mapping[str, int],
               axis_names: Sequence[str] = AXES,
-              devices: Sequence[jax.Device] | None = None) -> Mesh:
+              devices: Sequence[jax.Device] | None = None,
+              dcn_shape: Sequence[int] | Mapping[str, int] | None = None) -> Mesh:
   """A mesh over `devices` (default: all) with `shape`; one entry may be -1 (fills the rest).
 
   `shape` is a sequence aligned with `axis_names`, or a mapping {axis name: size} (then its
   keys are the axis names, in order), e.g. `make_mesh({"data": -1, "fsdp": 4, "tensor": 2})`.
   Axes are `AxisType.Auto`: GSPMD propagates shardings between the constraints we set.
+
+  Multi-slice (MaxText's `dcn_*_parallelism`): `dcn_shape` (same axes, product = number of
+  slices) splits each axis into an outer part over the slow data-centre network and an
+  inner part (`shape`, per slice, -1 fills the slice) over ICI, so e.g. `data` spans slices
+  while `fsdp`/`tensor` stay inside one. Slices are the devices' `slice_index` (TPU), else
+  processes (GPU/CPU hosts).
   """
   if isinstance(shape, Mapping):
     axis_names, shape = tuple(shape.keys()), tuple(shape.values())
+  if isinstance(dcn_shape, Mapping):
+    dcn_shape = tuple(dcn_shape.get(a, 1) for a in axis_names)
   devices = list(jax.devices() if devices is None else devices)
   if not devices:
     raise ValueError("make_mesh got an empty device list")
-  sizes = resolve_shape(tuple(shape), tuple(axis_names), len(devices))
-  return jax.make_mesh(sizes, tuple(axis_names), axis_types=(AxisType.Auto,) * len(sizes),
-                       devices=devices)
+  types = (AxisType.Auto,) * len(tuple(shape))
+  dcn = tuple(dcn_shape or (1,) * len(tuple(shape)))
+  n_slices = math.prod(dcn)
+  if n_slices == 1:
+    sizes = resolve_shape(tuple(shape), tuple(axis_names), len(devices))
+    return jax.make_mesh(sizes, tuple(axis_names), axis_types=types, devices=devices)
+  resolve_shape(dcn, tuple(f"dcn_{a}" for a in axis_names), n_slices)
+  if len(devices) % n_slices:
+    raise ValueError(f"mesh dcn shape {dict(zip(axis_names, dcn))} has {n_slices} slices, "
+                     f"which does not divide {len(devices)} devices")
+  ici = resolve_shape(tuple(shape), tuple(axis_names), len(devices) // n_slices)
+  # Slices are TPU slices when the devices report as many distinct slice indices, else hosts.
+  slice_ids = {getattr(d, "slice_index", None) for d in devices}
+  granule = None in slice_ids or len(slice_ids) != n_slices
+  grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices, process_is_granule=granule)
+  return Mesh(np.asarray(grid), tuple(axis_names), axis_types=types)

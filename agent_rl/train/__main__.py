@@ -1,8 +1,14 @@
 """`python -m agent_rl.train --config=configs/<experiment>.py[:arg] --workdir=DIR [--config.x=y]`."""
-from absl import app, flags, logging
-from ml_collections import config_flags
+# Multi-host: join the job the launcher started before anything can touch a device (importing
+# some rooms builds constant tables on the default device). No-op for a single process.
+from agent_rl.parallel.distributed import initialize_from_env
 
-from agent_rl.train.run import run
+initialize_from_env()
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from agent_rl.train.run import run  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "experiment config file", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "where checkpoints, logs and reports go")

@@ -60,9 +60,7 @@ class Checkpointer:
     """
     for step in reversed(self.all_steps()):
       try:
-        restored = self._mngr.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
-        return step, restored["state"], dict(restored["meta"])
+        return (step, *self.restore(step, abstract_state))
       except Exception as e:  # noqa: BLE001 — any failure means this step is unusable
         logging.warning("checkpoint step %d in %s is unreadable (%s: %s); trying the previous one",
                         step, self.directory, type(e).__name__, e)
@@ -71,6 +69,12 @@ class Checkpointer:
               f"({type(e).__name__}); moved to {aside}; falling back to the previous "
               "checkpoint.", flush=True)
     return None
+
+  def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
+    """(state, meta) of `step`, laid out as `abstract_state` says (shapes and shardings)."""
+    restored = self._mngr.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+    return restored["state"], dict(restored["meta"])
 
   def _move_aside(self, step: int) -> str:
     """Moves an unreadable step out of the way (kept for inspection, never deleted), so the

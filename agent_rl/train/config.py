@@ -54,8 +54,20 @@ def base_config() -> mlc.ConfigDict:
   c.sft = mlc.ConfigDict(dict(
       steps=0, batch_size=32, lr=1e-3, num_demos=512, world_model=False,
   ))
+  c.distill = mlc.ConfigDict(dict(
+      teacher="",  # an agent_rl workdir whose best/latest checkpoint scores the rollouts
+      coef=0.0,  # > 0 turns on-policy distillation on
+      mode="loss",  # loss (sampled reverse KL) | advantage (coef * (logpT - logp) per token)
+      task_advantages=True,  # False: pure distillation, the RL advantages are dropped
+  ))
   c.eval = mlc.ConfigDict(dict(num_tasks=64, seed=10_000, greedy=True, k=4))
-  c.mesh = mlc.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+  c.mesh = mlc.ConfigDict(dict(
+      data=-1, fsdp=1, tensor=1,  # per slice; one axis may be -1 (fills the devices)
+      # Multi-slice (DCN) factor of each axis, e.g. dcn.data=2 for two TPU slices.
+      dcn=mlc.ConfigDict(dict(data=1, fsdp=1, tensor=1)),
+      num_devices=0,  # 0 = all devices; else the first n (single process: tests, elastic restore)
+      memory_budget_gib=0.0,  # > 0 refuses configs whose estimated per-device peak exceeds it
+  ))
   return c
 
 
@@ -103,6 +115,56 @@ def validate(c: mlc.ConfigDict) -> None:
   need(c.sft.steps >= 0, "sft.steps", "must be >= 0")
   need(c.loss.kl_coef >= 0 and c.loss.kl_in_reward >= 0, "loss.kl_coef",
        "KL coefficients must be >= 0")
+  need(c.distill.mode in ("loss", "advantage"), "distill.mode",
+       f"must be loss|advantage, got {c.distill.mode!r}")
+  need(c.distill.coef >= 0, "distill.coef", f"must be >= 0, got {c.distill.coef}")
+  if c.distill.coef > 0:
+    import os
+    need(bool(c.distill.teacher), "distill.teacher", "coef > 0 needs a teacher run directory")
+    need(os.path.isfile(os.path.join(c.distill.teacher, "config.json")), "distill.teacher",
+         f"{c.distill.teacher!r} is not an agent_rl run directory (no config.json)")
+  if c.sft.world_model:
+    from agent_rl.data.world_model import STATE_TEXT
+    need(c.env.name in STATE_TEXT, "sft.world_model",
+         f"no structured state text for env {c.env.name!r}; known: {', '.join(STATE_TEXT.names())}")
+  if c.model.init_from:
+    import os
+    need(os.path.isdir(c.model.init_from), "model.init_from",
+         f"{c.model.init_from!r} is not a directory")
+  _validate_mesh(c, need)
+
+
+def _validate_mesh(c: mlc.ConfigDict, need) -> None:
+  """The mesh fits the devices and the batches split evenly over its batch axes."""
+  import jax
+  from agent_rl.parallel.mesh import AXES, resolve_shape
+  m = c.mesh
+  need(m.num_devices >= 0, "mesh.num_devices", f"must be >= 0, got {m.num_devices}")
+  need(m.memory_budget_gib >= 0, "mesh.memory_budget_gib", "must be >= 0")
+  n_dev = m.num_devices or jax.device_count()
+  need(n_dev <= jax.device_count(), "mesh.num_devices",
+       f"{m.num_devices} requested, {jax.device_count()} available")
+  dcn = [int(m.dcn[a]) for a in AXES]
+  slices = 1
+  for a, d in zip(AXES, dcn):
+    need(d >= 1, f"mesh.dcn.{a}", f"must be >= 1, got {d}")
+    slices *= d
+  need(n_dev % slices == 0, "mesh.dcn", f"{slices} slices do not divide {n_dev} devices")
+  try:
+    ici = resolve_shape(tuple(int(m[a]) for a in AXES), AXES, n_dev // slices)
+  except ValueError as e:
+    raise ValueError(f"config.mesh: {e}") from None
+  size = dict(zip(AXES, (i * d for i, d in zip(ici, dcn))))
+  parts = size["data"] * size["fsdp"]
+  n = c.rollout.num_tasks * c.rollout.group_size
+  need(n % parts == 0, "rollout.num_tasks",
+       f"num_tasks * group_size = {n} episodes cannot be split over mesh data x fsdp = {parts}")
+  need(c.train.minibatch_episodes % parts == 0, "train.minibatch_episodes",
+       f"{c.train.minibatch_episodes} episodes per minibatch cannot be split over mesh "
+       f"data x fsdp = {parts}")
+  if c.sft.steps:
+    need(c.sft.batch_size % parts == 0, "sft.batch_size",
+         f"{c.sft.batch_size} cannot be split over mesh data x fsdp = {parts}")
 
 
 def scaled_config(arg: str | None):

@@ -33,7 +33,7 @@ def prepare(batch: EpisodeBatch, credit: Credit) -> Minibatch:
   mb = Minibatch(tokens=batch.tokens, position=batch.position, attention_mask=attn,
                  loss_mask=mask, turn_index=batch.turn_index, old_logprobs=batch.logprobs,
                  advantages=adv, returns=ret, old_values=batch.values if ret is not None else None,
-                 ref_logprobs=batch.ref_logprobs)
+                 ref_logprobs=batch.ref_logprobs, teacher_logprobs=batch.teacher_logprobs)
   if batch.segment_len:
     s = batch.segment_len
     mb = jax.tree.map(lambda x: x.reshape(-1, s), mb)
@@ -44,8 +44,9 @@ prepare_jit = jax.jit(prepare)
 
 
 def update(train_step: Callable, state: Any, rows: Minibatch, key: jax.Array, *, epochs: int,
-           minibatch_rows: int) -> tuple[Any, dict]:
-  """`epochs` shuffled passes over `rows` in minibatches; returns state and mean metrics."""
+           minibatch_rows: int, place: Callable = lambda x: x) -> tuple[Any, dict]:
+  """`epochs` shuffled passes over `rows` in minibatches; returns state and mean metrics.
+  `place` lays each minibatch out on the mesh (row-sharded) before the jitted step."""
   r = rows.tokens.shape[0]
   mb = min(minibatch_rows, r)
   if r % mb:
@@ -57,7 +58,7 @@ def update(train_step: Callable, state: Any, rows: Minibatch, key: jax.Array, *,
     perm = jax.random.permutation(jax.random.fold_in(key, e), r)
     for i in range(r // mb):
       idx = perm[i * mb:(i + 1) * mb]
-      part = jax.tree.map(lambda x: x[idx], rows)
+      part = place(jax.tree.map(lambda x: x[idx], rows))
       state, m = train_step(state, part)
       sums = m if not sums else jax.tree.map(jnp.add, sums, m)
       count += 1

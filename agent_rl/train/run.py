@@ -17,7 +17,6 @@ import time
 import jax
 import jax.numpy as jnp
 import ml_collections as mlc
-from flax import nnx
 
 from agent_rl import credit as credit_lib
 from agent_rl.credit.shaping import turn_kl_penalty
@@ -32,8 +31,12 @@ from agent_rl.train.checkpoint import Checkpointer, abstract_like
 from agent_rl.train.config import validate
 from agent_rl.train.metrics import MetricWriter, check_finite, progress, to_host
 from agent_rl.train.optim import make_optimizer
-from agent_rl.train.policy import ActorCritic, make_apply
+from agent_rl.parallel.distributed import main_process_first
+from agent_rl.parallel.memory import report as memory_report
+from agent_rl.train import pretrained
+from agent_rl.train.policy import make_apply
 from agent_rl.train.setup import build
+from agent_rl.train.sharding import Placement, abstract_state, init_state, jit_step, make_placement
 from agent_rl.train.step import TrainState, make_loss_fn, make_train_step
 
 
@@ -57,15 +60,6 @@ def _check_workdir(workdir: str) -> None:
     raise PermissionError(f"--workdir {workdir!r} is not writable")
 
 
-def init_state(c, mcfg, optimizer):
-  model = ActorCritic(mcfg, c.model.critic, rngs=nnx.Rngs(c.seed))
-  graphdef, params = nnx.split(model)
-  lm_graphdef, _ = nnx.split(model.lm)
-  rng = jax.random.key_data(jax.random.fold_in(jax.random.key(c.seed), 7))
-  state = TrainState(params=params, opt_state=optimizer.init(params), step=jnp.int32(0), rng=rng)
-  return graphdef, lm_graphdef, state
-
-
 class SimulatedKill(RuntimeError):
   """Raised by `run(..., kill_after=k)`: the process 'dies' after iteration k's metrics are
   written and before anything else is saved, exactly where a `kill -9` loses the most."""
@@ -79,7 +73,38 @@ def run(c: mlc.ConfigDict, workdir: str, *, kill_after: int | None = None) -> di
   """
   validate(c)
   _check_workdir(workdir)
-  setup = build(c, workdir)
+  if c.distill.coef > 0 and not c.tokenizer.path:  # the student speaks the teacher's tokens
+    c = c.copy_and_resolve_references()
+    c.tokenizer.path = pretrained.run_tokenizer_path(c.distill.teacher)
+  pretrained.save_run_config(c, workdir)
+  place = make_placement(c)
+  with place.context():
+    return _run(c, workdir, place, kill_after)
+
+
+def startup_report(c, setup, optimizer, place: Placement, roll_fn, ecfg) -> str:
+  """Prints the mesh and per-device memory (from shapes, before compiling); refuses a config
+  over `config.mesh.memory_budget_gib`."""
+  _, _, params, p_sh, opt, opt_sh = abstract_state(c, setup.model_cfg, optimizer, place)
+  keys = jax.ShapeDtypeStruct((c.rollout.num_tasks,), jax.random.key(0).dtype)
+  tasks = jax.eval_shape(batched_sampler(setup.env), keys)
+  batch, _ = jax.eval_shape(roll_fn, params["lm"], tasks, jax.random.key(0))
+  n, length = batch.tokens.shape
+  rows = c.train.minibatch_episodes
+  if batch.segment_len:
+    length, rows = batch.segment_len, rows * c.rollout.max_turns
+  rep = memory_report(mesh=place.mesh, rules=place.rules, params=params, params_shardings=p_sh,
+                      optimizer=opt, opt_shardings=opt_sh, model_cfg=setup.model_cfg,
+                      episodes=n, cache_len=length, rows=rows, length=length,
+                      budget_gib=c.mesh.memory_budget_gib)
+  if jax.process_index() == 0:
+    print(rep.text(), flush=True)
+  rep.check()
+  return rep.text()
+
+
+def _run(c, workdir: str, place: Placement, kill_after):
+  setup = main_process_first(lambda: build(c, workdir), "build")
   ecfg = episode_config(c, setup.tokenizer)
   sft_steps, rl_iters = int(c.sft.steps), int(c.train.iterations)
   n_rows = c.rollout.num_tasks * c.rollout.group_size
@@ -89,16 +114,32 @@ def run(c: mlc.ConfigDict, workdir: str, *, kill_after: int | None = None) -> di
   optimizer = make_optimizer(c.optim, rl_iters * updates_per_iter)
   sft_opt = make_optimizer(mlc.ConfigDict(dict(c.optim.to_dict(), lr=c.sft.lr, warmup_steps=0,
                                                schedule="constant")), max(sft_steps, 1))
-  graphdef, lm_graphdef, state = init_state(c, setup.model_cfg, optimizer)
-  apply_fn = make_apply(graphdef)
+  graphdef, lm_graphdef, _, _, _, _ = abstract_state(c, setup.model_cfg, optimizer, place)
   policy = Policy.from_model(setup.model_cfg, lm_graphdef)
-  rl_step = jax.jit(make_train_step(make_loss_fn(apply_fn, c.loss), optimizer), donate_argnums=0)
-  # Independent arrays: each jitted step donates (deletes) the state it is given.
-  sft_state0 = jax.tree.map(jnp.copy, state).replace(opt_state=sft_opt.init(state.params))
-  sft_step = jax.jit(make_train_step(sft.make_sft_loss(apply_fn), sft_opt), donate_argnums=0)
   strategy = STRATEGIES.get(c.rollout.strategy)
   strat_kw = dict(c.rollout.strategy_kwargs)
   roll_fn = make_rollout(policy, setup.env, strategy.configure(ecfg, **strat_kw), setup.pieces)
+  startup_report(c, setup, optimizer, place, roll_fn, ecfg)
+
+  graphdef, lm_graphdef, state = init_state(c, setup.model_cfg, optimizer, place)
+  if c.model.init_from:
+    params = state.params
+    params["lm"] = pretrained.init_from(c, setup.model_cfg, place)
+    state = state.replace(params=params)
+  teacher = None
+  if c.distill.coef > 0:
+    _, t_graphdef, t_params = pretrained.load_run_policy(c.distill.teacher,
+                                                         setup.model_cfg.vocab_size, place)
+    teacher = (t_graphdef, t_params)
+  apply_fn = make_apply(graphdef)
+  rl_step = jit_step(make_train_step(make_loss_fn(apply_fn, c.loss, c.distill), optimizer),
+                     state, place)
+  # Independent arrays: each jitted step donates (deletes) the state it is given.
+  sft_state0 = jax.tree.map(jnp.copy, state)
+  sft_state0 = sft_state0.replace(opt_state=jax.jit(
+      sft_opt.init, out_shardings=abstract_state(c, setup.model_cfg, sft_opt, place)[5])(
+          sft_state0.params))
+  sft_step = jit_step(make_train_step(sft.make_sft_loss(apply_fn), sft_opt), sft_state0, place)
   # Hyperparameters are bound before jit (static); the kernel compiles once per shape.
   credit_fn = jax.jit(functools.partial(credit_lib.get(c.credit.name), **dict(c.credit.kwargs)))
 
@@ -128,7 +169,7 @@ def run(c: mlc.ConfigDict, workdir: str, *, kill_after: int | None = None) -> di
     params = states["rl"].params if meta["phase"] == "rl" else states["sft"].params
     m = to_host(evaluate(policy, params["lm"], setup.env, setup.pieces, ecfg,
                          num_tasks=c.eval.num_tasks, seed=c.eval.seed, k=c.eval.k,
-                         greedy=c.eval.greedy))
+                         greedy=c.eval.greedy, place=place.batch))
     if meta["phase"] == "rl" and m["eval/success"] > meta["best_eval_success"]:
       meta["best_eval_success"] = m["eval/success"]
       best.save(global_step(), states, dict(meta), force=True)
@@ -136,14 +177,14 @@ def run(c: mlc.ConfigDict, workdir: str, *, kill_after: int | None = None) -> di
 
   # -- SFT warm start ------------------------------------------------------------------
   if meta["phase"] == "sft":
-    rows = sft.demo_rows(c, setup, ecfg, workdir)
+    rows = place.batch(main_process_first(lambda: sft.demo_rows(c, setup, ecfg, workdir), "demos"))
     if meta["sft_step"] == 0:
       ev = do_eval()
       writer.write(0, ev)
       print(f"before SFT: {ev}", flush=True)
     bar = progress(sft_steps, meta["sft_step"], "sft")
     while meta["sft_step"] < sft_steps:
-      mb = sft.sft_batches(rows, c.sft.batch_size, meta["sft_step"], c.seed)
+      mb = place.batch(sft.sft_batches(rows, c.sft.batch_size, meta["sft_step"], c.seed))
       ckpt.wait()  # the step donates the state an async save may still be reading
       best.wait()
       states["sft"], m = sft_step(states["sft"], mb)
@@ -179,7 +220,7 @@ def run(c: mlc.ConfigDict, workdir: str, *, kill_after: int | None = None) -> di
   ref_params = None
   if use_ref:
     ref_params = (states["sft"].params["lm"] if sft_steps else
-                  init_state(c, setup.model_cfg, optimizer)[2].params["lm"])
+                  init_state(c, setup.model_cfg, optimizer, place)[2].params["lm"])
   base = jax.random.key(c.seed)
   bar = progress(rl_iters, meta["iteration"], "rl")
   while meta["iteration"] < rl_iters:
@@ -187,7 +228,7 @@ def run(c: mlc.ConfigDict, workdir: str, *, kill_after: int | None = None) -> di
     t0 = time.perf_counter()
     k_it = jax.random.fold_in(base, 1000 + it)
     k_tasks, k_roll, k_upd = jax.random.split(k_it, 3)
-    tasks = batched_sampler(setup.env)(jax.random.split(k_tasks, c.rollout.num_tasks))
+    tasks = place.batch(batched_sampler(setup.env)(jax.random.split(k_tasks, c.rollout.num_tasks)))
     batch, rmetrics = strategy.run(roll_fn, states["rl"].params["lm"], tasks, k_roll, **strat_kw)
     if c.model.critic != "none":
       batch = batch.replace(values=learner.critic_values(graphdef, states["rl"].params, batch))
@@ -196,13 +237,16 @@ def run(c: mlc.ConfigDict, workdir: str, *, kill_after: int | None = None) -> di
       if c.loss.kl_in_reward > 0:  # verl's fixed controller: r' = r - beta * KL
         batch, kl_r = turn_kl_penalty(batch, c.loss.kl_in_reward, kl_penalty=c.loss.kl_type)
         rmetrics = {**rmetrics, "rollout/kl_in_reward": kl_r}
+    if teacher is not None:  # on-policy distillation: the teacher scores the student's tokens
+      batch = batch.replace(teacher_logprobs=learner.reference_logprobs(*teacher, batch))
     cr = credit_fn(batch)
     rows = learner.prepare_jit(batch, cr)
     ckpt.wait()  # the async save overlapped the rollout; the update donates the state
     best.wait()
     states["rl"], umetrics = learner.update(
         rl_step, states["rl"], rows, k_upd, epochs=c.train.epochs,
-        minibatch_rows=c.train.minibatch_episodes * (c.rollout.max_turns if batch.segment_len else 1))
+        minibatch_rows=c.train.minibatch_episodes * (c.rollout.max_turns if batch.segment_len else 1),
+        place=place.batch)
     meta["iteration"] += 1
     m = to_host({**rmetrics, **umetrics,
                  "rollout/reward": jnp.mean(jnp.sum(batch.reward * batch.valid, axis=1))})

@@ -1,8 +1,9 @@
 """Builds what a run needs from its config: tokenizer, environment, prompt pieces, model.
 
 The tokenizer of the tiny runs is trained here on the environment's own text (instruction,
-rendered states of sampled tasks, well-formed answers and the chat scaffolding), so it is
-compact on exactly the text the agent reads and writes; nothing is downloaded.
+rendered states of sampled tasks, well-formed answers and the chat scaffolding, plus the
+SPA world-model turns when `config.sft.world_model` is on), so it is compact on exactly the
+text the agent reads and writes; nothing is downloaded.
 """
 from __future__ import annotations
 
@@ -15,19 +16,27 @@ import ml_collections as mlc
 
 from agent_rl import envs, models
 from agent_rl.data.demos import sample_tasks
+from agent_rl.data.world_model import spa_plans
 from agent_rl.rollout.layout import PromptPieces, chat_pieces
 from agent_rl.tokenizers import ByteTokenizer, Tokenizer, train_tokenizer
 
 SYSTEM_PROMPT = "You are a helpful agent."
 
 
-def env_corpus(env_name: str, env_kwargs: dict, num_tasks: int = 64, seed: int = 0) -> list[str]:
-  """Text an environment shows and expects: its instruction, states and answers."""
+def env_corpus(env_name: str, env_kwargs: dict, num_tasks: int = 64, seed: int = 0, *,
+               world_model: bool = False) -> list[str]:
+  """Text an environment shows and expects: its instruction, states and answers.
+
+  world_model: also the SPA turns of the solver plans (think block with structured states,
+    `agent_rl.data.world_model`), so the tokenizer is compact on world-model SFT text too.
+    Off, the corpus (hence the trained tokenizer) is exactly what it was without SPA.
+  """
   env = envs.make(env_name, tokenizer=ByteTokenizer(), **env_kwargs)
   # The prompt scaffolding appears in every sequence: weight it so BPE merges it into few
   # tokens (each training sequence starts with it, so it dominates the context length).
   texts = [env.instruction, "system\n" + SYSTEM_PROMPT, "user\n", "assistant\n"] * 32
   tasks = sample_tasks(env, range(seed, seed + num_tasks))
+  plans = []
   for i in range(num_tasks):
     task = jax.tree.map(lambda x: x[i], tasks)
     texts.append(env.render_text(task))
@@ -35,7 +44,10 @@ def env_corpus(env_name: str, env_kwargs: dict, num_tasks: int = 64, seed: int =
       plan = env.solve(task)
     except Exception:  # noqa: BLE001 — an unsolvable sample only loses corpus text
       plan = []
+    plans.append(plan[:8])
     texts += [f"<answer>{a}</answer>" for a in plan[:8]]
+  if world_model:
+    texts += [t for turns in spa_plans(env_name, env, tasks, plans, 8) for t in turns]
   return texts
 
 
@@ -45,7 +57,7 @@ def build_tokenizer(c: mlc.ConfigDict, workdir: str):
     return Tokenizer.load(c.tokenizer.path)
   path = os.path.join(workdir, "tokenizer.model")
   if not os.path.exists(path):
-    texts = env_corpus(c.env.name, dict(c.env.kwargs))
+    texts = env_corpus(c.env.name, dict(c.env.kwargs), world_model=bool(c.sft.world_model))
     train_tokenizer(texts, path, c.tokenizer.vocab_size, hard_vocab_limit=False)
   return Tokenizer.load(path)
 
@@ -62,9 +74,14 @@ def build(c: mlc.ConfigDict, workdir: str) -> Setup:
   tok = build_tokenizer(c, workdir)
   env = envs.make(c.env.name, tokenizer=tok, **dict(c.env.kwargs))
   pieces = chat_pieces(tok, env.instruction, SYSTEM_PROMPT)
+  mcfg = model_config(c, tok.vocab_size)
+  return Setup(tokenizer=tok, env=env, pieces=pieces, model_cfg=mcfg)
+
+
+def model_config(c: mlc.ConfigDict, vocab_size: int) -> models.ModelConfig:
+  """The preset of `config.model` with its non-zero size overrides and the tokenizer's vocab."""
   over = {k: int(c.model[k]) for k in ("hidden", "num_layers", "num_heads", "num_kv_heads",
                                        "intermediate") if c.model[k]}
   if "hidden" in over and "num_heads" in over:
     over["head_dim"] = over["hidden"] // over["num_heads"]
-  mcfg = models.get_preset(c.model.preset, vocab_size=tok.vocab_size, **over)
-  return Setup(tokenizer=tok, env=env, pieces=pieces, model_cfg=mcfg)
+  return models.get_preset(c.model.preset, vocab_size=vocab_size, **over)

@@ -42,6 +42,7 @@ class Minibatch(NamedTuple):
   returns: Optional[jax.Array] = None  # [B, L] value targets (critic)
   old_values: Optional[jax.Array] = None  # [B, L]
   ref_logprobs: Optional[jax.Array] = None  # [B, L]
+  teacher_logprobs: Optional[jax.Array] = None  # [B, L] distillation teacher's, sampled tokens
 
 
 def shifted_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -52,35 +53,59 @@ def shifted_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, j
   Returns:
     logprobs `[B, L]` f32, entropy `[B, L]` f32.
   """
-  lg = logits[:, :-1].astype(jnp.float32)
+  # Score every position against the next token and shift the [B, L] results, rather than
+  # slicing the [B, L, V] logits (a copy of the largest activation, and of its gradient).
+  lg = logits.astype(jnp.float32)
   lse = jax.nn.logsumexp(lg, axis=-1)
-  tgt = jnp.take_along_axis(lg, tokens[:, 1:, None], axis=-1)[..., 0]
-  lp = tgt - lse
+  nxt = jnp.concatenate([tokens[:, 1:], tokens[:, :1]], axis=1)
+  lp_next = jnp.take_along_axis(lg, nxt[..., None], axis=-1)[..., 0] - lse
   p = jax.nn.softmax(lg, axis=-1)
-  ent = lse - jnp.sum(p * lg, axis=-1)
+  ent_next = lse - jnp.sum(p * lg, axis=-1)
   pad = jnp.zeros((tokens.shape[0], 1), jnp.float32)
-  return jnp.concatenate([pad, lp], 1), jnp.concatenate([pad, ent], 1)
+  return (jnp.concatenate([pad, lp_next[:, :-1]], 1),
+          jnp.concatenate([pad, ent_next[:, :-1]], 1))
 
 
-def make_loss_fn(apply_fn: Callable, loss_cfg: Any) -> Callable:
+def make_loss_fn(apply_fn: Callable, loss_cfg: Any, distill_cfg: Any = None) -> Callable:
   """Builds `loss_fn(params, mb, key) -> (loss, metrics)`.
 
   apply_fn(params, tokens, positions, valid) -> (logits [B,L,V], values [B,L] or None).
   loss_cfg: `config.loss` (name, agg_mode, kwargs, entropy_coef, kl_coef, kl_type,
   value_coef, value_clip).
+  distill_cfg: `config.distill` (coef, mode, task_advantages): on-policy distillation to the
+  teacher log-probs in `mb.teacher_logprobs` (Agarwal et al., 2024, GKD, arXiv:2306.13649),
+  either as the sampled reverse-KL loss (mode="loss"; gradient sg(logπ − logπT)·∇logπ) or as a
+  per-token advantage coef·sg(logπT − logπ_old) added to the task advantages and optimized by
+  the configured policy loss with its ratio clipping (mode="advantage", Thinking Machines'
+  recipe). `task_advantages=False` drops the RL signal: pure distillation.
   """
   pg_fn = losses.get(loss_cfg.name)
   pg_kwargs = dict(loss_cfg.kwargs)
   agg = loss_cfg.agg_mode
+  d = distill_cfg if (distill_cfg is not None and distill_cfg.coef > 0) else None
+  pg_weight = 1.0 if (d is None or d.task_advantages or d.mode == "advantage") else 0.0
 
   def loss_fn(params, mb: Minibatch, key):
     logits, values = apply_fn(params, mb.tokens, mb.position, mb.attention_mask)
     lp, ent = shifted_logprobs(logits, mb.tokens)
     mask = mb.loss_mask.astype(jnp.float32)
-    pg, metrics = pg_fn(lp, mb.old_logprobs, mb.advantages, mask, loss_agg_mode=agg,
+    adv = mb.advantages
+    distill_metrics = {}
+    if d is not None:
+      if mb.teacher_logprobs is None:
+        raise ValueError("config.distill.coef > 0 but the minibatch has no teacher log-probs")
+      gap = losses.reverse_kl_advantage(mb.old_logprobs, mb.teacher_logprobs, mask)
+      distill_metrics["distill/reverse_kl"] = losses.agg_loss(-gap, mask, agg)
+      if d.mode == "advantage":
+        adv = (adv if d.task_advantages else jnp.zeros_like(adv)) + d.coef * gap
+    pg, metrics = pg_fn(lp, mb.old_logprobs, adv, mask, loss_agg_mode=agg,
                         key=key, turn_index=mb.turn_index, **pg_kwargs)
-    metrics = {f"loss/{k}": v for k, v in metrics.items()}
-    total = pg
+    metrics = {f"loss/{k}": v for k, v in metrics.items()} | distill_metrics
+    total = pg_weight * pg
+    if d is not None and d.mode == "loss":
+      kl, _ = losses.sampled_kl_loss(lp, mb.teacher_logprobs, mask, direction="reverse",
+                                     loss_agg_mode=agg)
+      total = total + d.coef * kl
     entropy = losses.agg_loss(ent, mask, agg)
     metrics["loss/entropy"] = entropy
     if loss_cfg.entropy_coef:

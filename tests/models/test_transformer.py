@@ -168,3 +168,31 @@ def test_bfloat16_compute_runs_close_to_float32(small_config):
   assert l16.dtype == jnp.float32 and h16.dtype == jnp.bfloat16
   p32, p16 = jax.nn.softmax(l32), jax.nn.softmax(l16)
   assert float(jnp.abs(p32 - p16).max()) < 0.05
+
+
+def test_prefill_rows_matches_forward_and_writes_the_same_cache(small_model):
+  """prefill(rows=last) == the full forward's logits at each row's last valid token (a
+  second, ragged block too: index > 0), and writes the same cache as a plain prefill."""
+  cfg, graphdef, state = small_model
+  b, l1, l2 = 3, 6, 5
+  tokens = jax.random.randint(jax.random.key(6), (b, l1 + l2), 0, cfg.vocab_size)
+  v1 = jnp.arange(l1)[None] >= jnp.array([0, 2, 5])[:, None]  # left-padded prompt
+  v2 = jnp.arange(l2)[None] < jnp.array([5, 1, 3])[:, None]  # right-padded observation
+  valid = jnp.concatenate([v1, v2], axis=1)
+  pos = _positions(valid)
+  full, hidden = forward(graphdef, state, tokens, pos, valid)
+  cache = init_cache(cfg, b, l1 + l2)
+  _, _, plain = prefill(graphdef, state, tokens[:, :l1], pos[:, :l1], v1, cache)
+  last1 = jnp.full((b,), l1 - 1, jnp.int32)
+  lg, h, cache = prefill(graphdef, state, tokens[:, :l1], pos[:, :l1], v1, cache, last1)
+  assert lg.shape == (b, cfg.vocab_size) and h.shape == (b, cfg.hidden)
+  np.testing.assert_allclose(lg, full[:, l1 - 1], atol=1e-5, rtol=0)
+  np.testing.assert_allclose(h, hidden[:, l1 - 1], atol=1e-5, rtol=0)
+  for got, want in zip(jax.tree.leaves(cache), jax.tree.leaves(plain)):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  last2 = jnp.array([4, 0, 2], jnp.int32)
+  lg2, _, _ = prefill(graphdef, state, tokens[:, l1:], pos[:, l1:], v2, cache, last2)
+  want = np.asarray(full)[np.arange(b), l1 + np.asarray(last2)]
+  np.testing.assert_allclose(lg2, want, atol=1e-5, rtol=0)
+  with pytest.raises(ValueError, match="rows"):
+    prefill(graphdef, state, tokens[:, :l1], pos[:, :l1], v1, cache, jnp.zeros((2,), jnp.int32))

@@ -12,7 +12,8 @@ CONFIGS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "
 VARIANTS = {"ragen_sokoban": ["tiny", "tiny,ppo,kl_reward", "tiny,starpo_s,kl"],
             "gigpo_sokoban": ["tiny", "tiny,grpo"],
             "ragen_frozenlake": ["tiny", "tiny,tsr"],
-            "dr_grpo_countdown": ["tiny", "tiny,dapo"]}
+            "dr_grpo_countdown": ["tiny", "tiny,dapo"],
+            "spa_sokoban": ["tiny"]}
 CASES = [(p, a) for p in CONFIGS for a in VARIANTS.get(os.path.basename(p)[:-3], ["tiny"])]
 
 
@@ -33,6 +34,7 @@ def shrink(c):
   c.sft.steps, c.sft.num_demos, c.sft.batch_size = 2, 4, 4
   c.train.iterations, c.train.minibatch_episodes, c.train.eval_every = 2, 2, 2
   c.eval.num_tasks, c.eval.k = 2, 2
+  c.mesh.num_devices = 1
   return c
 
 

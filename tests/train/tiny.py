@@ -19,4 +19,5 @@ def tiny_config(*, iterations=2, ckpt_every=1, sft_steps=0, credit="grpo", loss=
   c.train.iterations, c.train.minibatch_episodes = iterations, 2
   c.train.eval_every, c.train.ckpt_every = 2, ckpt_every
   c.eval.num_tasks, c.eval.k = 4, 2
+  c.mesh.num_devices = 1  # tests see 8 fake devices; the sharded tests ask for them explicitly
   return c

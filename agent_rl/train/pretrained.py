@@ -1,0 +1,116 @@
+"""Weights from elsewhere: another agent_rl run (a distillation teacher, or a warm start for
+`config.model.init_from`) or a Hugging Face safetensors directory.
+
+A run writes its resolved config to `WORKDIR/config.json` at start-up, so a later run can
+rebuild the model from the workdir alone: preset and sizes from the config, vocabulary from
+the run's `tokenizer.model`, weights from the best-by-eval checkpoint when there is one,
+else the newest readable one (the RL weights once RL has started, else the SFT weights).
+Everything is restored straight onto the current mesh (shardings of the reader, not the writer).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import jax
+import ml_collections as mlc
+from flax import nnx
+
+from agent_rl.parallel.params import state_shardings
+from agent_rl.train.checkpoint import Checkpointer
+from agent_rl.train.config import base_config
+from agent_rl.train.optim import make_optimizer
+from agent_rl.train.setup import model_config
+from agent_rl.train.sharding import Placement, abstract_state, abstract_train_state
+
+CONFIG_FILE = "config.json"
+
+
+def save_run_config(c: mlc.ConfigDict, workdir: str) -> None:
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
+      f.write(c.to_json_best_effort(indent=2, sort_keys=True))
+
+
+def load_run_config(workdir: str) -> mlc.ConfigDict:
+  """The config a run wrote into its workdir, over today's defaults (new fields keep theirs)."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path}: not an agent_rl run directory (no {CONFIG_FILE})")
+  with open(path) as f:
+    saved = json.load(f)
+  c = base_config()
+  try:
+    c.update_from_flattened_dict(_flatten(saved))
+  except (KeyError, TypeError, AttributeError) as e:
+    raise ValueError(f"{path}: cannot read field {e}") from None
+  return c
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict) and v and k != "kwargs" and not k.endswith("_kwargs"):
+      out.update(_flatten(v, f"{prefix}{k}."))
+    elif not isinstance(v, dict):
+      out[f"{prefix}{k}"] = tuple(v) if isinstance(v, list) else v
+  return out
+
+
+def run_tokenizer_path(workdir: str) -> str:
+  c = load_run_config(workdir)
+  return c.tokenizer.path or os.path.join(workdir, "tokenizer.model")
+
+
+def load_run_policy(workdir: str, vocab_size: int, place: Placement) -> tuple[Any, Any, Any]:
+  """(model_cfg, lm_graphdef, lm params) of a finished or running agent_rl run, on `place`."""
+  tc = load_run_config(workdir)
+  mcfg = model_config(tc, vocab_size)
+  target = abstract_train_state(tc, mcfg, make_optimizer(tc.optim, 1), place)
+  lm_graphdef = abstract_state(tc, mcfg, make_optimizer(tc.optim, 1), place)[1]
+  for sub in ("checkpoint_best", "checkpoints"):
+    d = os.path.join(workdir, sub)
+    if not os.path.isdir(d):
+      continue
+    ck = Checkpointer(d, async_save=False)
+    try:
+      restored = ck.restore_latest({"rl": target, "sft": target})
+    finally:
+      ck.close()
+    if restored is not None:
+      _, states, meta = restored
+      return mcfg, lm_graphdef, states["rl" if meta.get("phase") == "rl" else "sft"].params["lm"]
+  raise FileNotFoundError(f"{workdir}: no readable checkpoint in checkpoint_best/ or checkpoints/")
+
+
+def load_hf_policy(path: str, model_cfg: Any, place: Placement) -> Any:
+  """LM params of a HF safetensors dir, checked against the run's model config, on `place`."""
+  import dataclasses
+  from agent_rl.models import load_hf
+  from agent_rl.models.hf_import import config_from_hf
+  hf_cfg, _ = config_from_hf(path, dtype=model_cfg.dtype, param_dtype=model_cfg.param_dtype)
+  diff = [f"{f.name}={getattr(hf_cfg, f.name)!r} (run: {getattr(model_cfg, f.name)!r})"
+          for f in dataclasses.fields(model_cfg)
+          if getattr(hf_cfg, f.name) != getattr(model_cfg, f.name)]
+  if diff:
+    raise ValueError(f"config.model.init_from: {path} does not match the run's model: "
+                     f"{', '.join(diff)}; set config.model.preset / sizes / tokenizer to match")
+  params = nnx.split(load_hf(path, dtype=model_cfg.dtype, param_dtype=model_cfg.param_dtype))[1]
+  return jax.device_put(params, state_shardings(params, place.mesh, place.rules))
+
+
+def init_from(c: mlc.ConfigDict, model_cfg: Any, place: Placement) -> Any:
+  """LM params named by `config.model.init_from` (an agent_rl workdir or a HF directory)."""
+  path = c.model.init_from
+  if os.path.exists(os.path.join(path, CONFIG_FILE)) and not os.path.exists(
+      os.path.join(path, "model.safetensors")) and not os.path.exists(
+      os.path.join(path, "model.safetensors.index.json")):
+    mcfg, _, params = load_run_policy(path, model_cfg.vocab_size, place)
+    if mcfg != model_cfg:
+      raise ValueError(f"config.model.init_from: the run in {path} has model {mcfg}, this run "
+                       f"{model_cfg}")
+    return params
+  if os.path.isdir(path):
+    return load_hf_policy(path, model_cfg, place)
+  raise FileNotFoundError(f"config.model.init_from: {path!r} is not a directory")

@@ -1,0 +1,217 @@
+"""Benchmark: our jitted SFT train step vs `transformers` Qwen2 + torch AdamW, and vs the matmul peak.
+
+The step is the learner's own: `agent_rl.train.step.make_train_step` over the SFT loss
+(`agent_rl.train.sft.make_sft_loss`: next-token NLL from `shifted_logprobs`) of the policy
+`ActorCritic` (critic none), AdamW from optax, jitted with the state donated as the learner
+does. The peer is `transformers.Qwen2ForCausalLM` of the same config, loss from `labels`,
+`torch.optim.AdamW`, on CPU with `torch.set_num_threads(2)`. Model: hidden 512, 8 layers,
+8 heads, 4 KV heads (head_dim 64), intermediate 2048, vocab 8192, untied head, q/k/v biases;
+batch 8 x 512 tokens, float32.
+
+Achieved FLOP/s counts model FLOPs: 3 x forward, forward = 2 x (matmul params incl. the
+head) per token + causal attention (QK^T and PV over the L(L+1)/2 visible pairs). Peaks are
+measured in the same run: a big jitted float32 `jnp.dot` (and `torch.mm`, for the peer's
+fraction of its own peak). The three measurements are interleaved round by round and each
+reports its best round, so a burst of load from other processes hits them alike.
+
+Huge pages: the script re-executes itself with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1`
+(malloc then asks for transparent huge pages, which XLA:CPU's large buffers benefit from;
+it must be set before the process starts). `--no-hugepages` measures without.
+
+  python benchmarks/train_step.py [--quick] [--rounds 3] [--steps 3] [--no-hugepages]
+
+Writes benchmarks/results/train_step.json (or --out) and prints it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+_HUGE = "glibc.malloc.hugetlb=1"
+if (__name__ == "__main__" and "--no-hugepages" not in sys.argv
+    and _HUGE not in os.environ.get("GLIBC_TUNABLES", "")):
+  # glibc reads its tunables at process start only: re-exec before anything allocates.
+  tun = os.environ.get("GLIBC_TUNABLES", "")
+  os.environ["GLIBC_TUNABLES"] = f"{tun}:{_HUGE}" if tun else _HUGE
+  os.execv(sys.executable, [sys.executable] + sys.argv)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from agent_rl.models import ModelConfig  # noqa: E402
+from agent_rl.train.policy import ActorCritic, make_apply  # noqa: E402
+from agent_rl.train.sft import make_sft_loss  # noqa: E402
+from agent_rl.train.step import Minibatch, TrainState, make_train_step  # noqa: E402
+
+BATCH, LENGTH = 8, 512
+LR, WEIGHT_DECAY = 1e-4, 0.01
+CFG = ModelConfig(vocab_size=8192, hidden=512, num_layers=8, num_heads=8, num_kv_heads=4,
+                  head_dim=64, intermediate=2048, tie_embeddings=False, qkv_bias=True)
+HF_CONFIG = dict(vocab_size=CFG.vocab_size, hidden_size=CFG.hidden,
+                 num_hidden_layers=CFG.num_layers, num_attention_heads=CFG.num_heads,
+                 num_key_value_heads=CFG.num_kv_heads, intermediate_size=CFG.intermediate,
+                 max_position_embeddings=LENGTH, tie_word_embeddings=False,
+                 rope_theta=CFG.rope_theta, rms_norm_eps=CFG.rms_eps)
+
+
+def model_flops(cfg: ModelConfig, batch: int, length: int) -> float:
+  """Model FLOPs of one training step (forward + backward = 3 x forward)."""
+  e, d, h, k, m = cfg.hidden, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate
+  per_layer = e * d * (2 * h + 2 * k) + 3 * e * m
+  matmul_params = cfg.num_layers * per_layer + e * cfg.vocab_size
+  dense = 2 * matmul_params * batch * length
+  # QK^T and PV: 2 FLOPs x 2 matmuls x H x D per visible (query, key) pair.
+  attn = 4 * h * d * cfg.num_layers * batch * length * (length + 1) / 2
+  return 3.0 * (dense + attn)
+
+
+def _timed(fn):
+  """(wall seconds, process CPU seconds) of one call."""
+  t0, c0 = time.perf_counter(), time.process_time()
+  fn()
+  return time.perf_counter() - t0, time.process_time() - c0
+
+
+def jax_step(tokens: np.ndarray):
+  """Returns `run(n)`: n donated train steps of our learner's SFT step."""
+  model = ActorCritic(CFG, rngs=nnx.Rngs(0))
+  graphdef, params = nnx.split(model)
+  optimizer = optax.adamw(LR, weight_decay=WEIGHT_DECAY)
+  step_fn = jax.jit(make_train_step(make_sft_loss(make_apply(graphdef)), optimizer),
+                    donate_argnums=0)
+  b, l = tokens.shape
+  mb = Minibatch(tokens=jnp.asarray(tokens), position=jnp.broadcast_to(jnp.arange(l), (b, l)),
+                 attention_mask=jnp.ones((b, l), bool),
+                 loss_mask=jnp.ones((b, l), jnp.float32).at[:, 0].set(0.0),
+                 turn_index=jnp.zeros((b, l), jnp.int32), old_logprobs=jnp.zeros((b, l)),
+                 advantages=jnp.zeros((b, l)))
+  holder = [TrainState(params=params, opt_state=optimizer.init(params),
+                       step=jnp.zeros((), jnp.int32), rng=jnp.zeros((2,), jnp.uint32))]
+  losses = []
+
+  def run(n):
+    for _ in range(n):
+      holder[0], metrics = step_fn(holder[0], mb)
+    losses.append(float(metrics["sft/loss"]))  # blocks on the last step
+
+  return run, losses
+
+
+def torch_step(tokens: np.ndarray):
+  import torch
+  import transformers
+  torch.manual_seed(0)
+  model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**HF_CONFIG)).train()
+  opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+  ids = torch.tensor(tokens, dtype=torch.long)
+  losses = []
+
+  def run(n):
+    for _ in range(n):
+      loss = model(input_ids=ids, labels=ids).loss  # shifted next-token NLL, mean over tokens
+      loss.backward()
+      opt.step()
+      opt.zero_grad(set_to_none=True)
+    losses.append(float(loss.detach()))
+
+  return run, losses
+
+
+def matmul_peaks(n: int):
+  """`run()` for a jitted float32 jnp.dot [n,n]x[n,n] and for torch.mm; FLOPs per call."""
+  import torch
+  a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+  b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32)
+  dot = jax.jit(lambda a, b: jnp.dot(a, b, precision="highest"))
+  ta, tb = torch.randn(n, n), torch.randn(n, n)
+  return (lambda: dot(a, b).block_until_ready()), (lambda: torch.mm(ta, tb)), 2.0 * n ** 3
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--quick", action="store_true", help="1 round of 1 step, 2048 matmul")
+  ap.add_argument("--rounds", type=int, default=3)
+  ap.add_argument("--steps", type=int, default=3, help="train steps per timed round")
+  ap.add_argument("--matmul", type=int, default=4096, help="n of the n x n peak matmul")
+  ap.add_argument("--no-hugepages", action="store_true")
+  ap.add_argument("--out", default=None)
+  args = ap.parse_args()
+  if args.quick:
+    args.rounds, args.steps, args.matmul = 2, 1, 2048
+  out = args.out or os.path.join(os.path.dirname(__file__), "results",
+                                 "train_step_quick.json" if args.quick else "train_step.json")
+
+  import torch
+  import transformers
+  torch.set_num_threads(2)
+  tokens = np.random.default_rng(0).integers(0, CFG.vocab_size, (BATCH, LENGTH)).astype(np.int32)
+  flops = model_flops(CFG, BATCH, LENGTH)
+  results = dict(
+      benchmark="train_step", model=dict(HF_CONFIG, head_dim=CFG.head_dim, qkv_bias=True),
+      batch=BATCH, length=LENGTH, optimizer=dict(name="adamw", lr=LR, weight_decay=WEIGHT_DECAY),
+      dtype="float32", rounds=args.rounds, steps_per_round=args.steps, matmul_n=args.matmul,
+      model_flops_per_step=flops, torch_threads=torch.get_num_threads(),
+      torch_interop_threads=torch.get_num_interop_threads(),
+      glibc_tunables=os.environ.get("GLIBC_TUNABLES", ""),
+      xla_flags=os.environ.get("XLA_FLAGS", ""), cpu_count=os.cpu_count(),
+      load_avg_start=os.getloadavg(),
+      versions=dict(jax=jax.__version__, torch=torch.__version__,
+                    transformers=transformers.__version__, python=platform.python_version()))
+
+  jrun, jlosses = jax_step(tokens)
+  results["jax_compile_and_first_step_seconds"] = _timed(lambda: jrun(1))[0]
+  trun, tlosses = torch_step(tokens)
+  results["torch_first_step_seconds"] = _timed(lambda: trun(1))[0]
+  jdot, tmm, mm_flops = matmul_peaks(args.matmul)
+  jdot(), tmm()
+
+  walls = {k: [] for k in ("jax", "torch", "jax_matmul", "torch_matmul")}
+  cpus = {k: [] for k in walls}
+  for r in range(args.rounds):
+    for name, fn in (("jax", lambda: jrun(args.steps)), ("torch", lambda: trun(args.steps)),
+                     ("jax_matmul", jdot), ("torch_matmul", tmm)):
+      w, c = _timed(fn)
+      walls[name].append(w)
+      cpus[name].append(c)
+    print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in walls.items()), flush=True)
+
+  tok = BATCH * LENGTH * args.steps
+  best = {k: min(v) for k, v in walls.items()}
+  jax_peak, torch_peak = mm_flops / best["jax_matmul"], mm_flops / best["torch_matmul"]
+  jax_tps, torch_tps = tok / best["jax"], tok / best["torch"]
+  jax_fs, torch_fs = flops * args.steps / best["jax"], flops * args.steps / best["torch"]
+  results.update(
+      walls=walls, process_cpu_seconds=cpus,
+      jax_step_seconds=best["jax"] / args.steps, torch_step_seconds=best["torch"] / args.steps,
+      jax_tokens_per_s=jax_tps, torch_tokens_per_s=torch_tps,
+      speedup_vs_torch=jax_tps / torch_tps,
+      jax_flops_per_s=jax_fs, torch_flops_per_s=torch_fs,
+      jax_matmul_peak_flops_per_s=jax_peak, torch_matmul_peak_flops_per_s=torch_peak,
+      jax_fraction_of_jax_peak=jax_fs / jax_peak, torch_fraction_of_torch_peak=torch_fs / torch_peak,
+      jax_losses=jlosses, torch_losses=tlosses, load_avg_end=os.getloadavg(),
+      targets=dict(speedup_vs_torch=">1", jax_fraction_of_jax_peak=">=0.60"),
+      note=("Walls: best of the interleaved rounds, on a 2-core machine shared with other "
+            "processes (see load_avg_*). Model FLOPs count causal attention at its visible "
+            "half; tokens/s is batch*length per step. Both sides start from different random "
+            "weights; the losses are ~log(vocab) and only show both steps train."))
+  os.makedirs(os.path.dirname(out), exist_ok=True)
+  with open(out, "w") as f:
+    json.dump(results, f, indent=2)
+  print(json.dumps({k: results[k] for k in (
+      "jax_tokens_per_s", "torch_tokens_per_s", "speedup_vs_torch", "jax_flops_per_s",
+      "jax_matmul_peak_flops_per_s", "jax_fraction_of_jax_peak", "torch_fraction_of_torch_peak",
+      "load_avg_start", "load_avg_end")}, indent=2))
+
+
+if __name__ == "__main__":
+  main()
