@@ -27,8 +27,9 @@ Expected results:
         RL ~100 s/iteration there). Sampled turns that run past max_action_tokens (7 -> 92 of
         ~500 turns per iteration) are invalid, and RL success fell from 0.65 to 0.20-0.40:
         at this scale the world-model turns do not beat answer-only SFT -> PPO.
-  full  (v5e-16 / 8xH100): SPA reports Sokoban success 25.6% (RAGEN PPO) -> 59.8% (SPA) for
-        Qwen2.5-1.5B-Instruct; not reproduced here (no accelerator in CI).
+  full  (v5e-16 / 8xH100): SPA reports a large Sokoban gain of world-model SFT -> PPO over
+        RAGEN PPO for Qwen2.5-1.5B-Instruct (see the paper's main table); not reproduced
+        here (no accelerator in CI).
 """
 from agent_rl.train.config import scaled_config
 

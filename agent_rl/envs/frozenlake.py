@@ -189,8 +189,8 @@ class FrozenLake:
       ended = ended | (live & ((flat[pos] == H) | (flat[pos] == G)))
       return (pos, ended, moves + live.astype(jnp.int32)), None
 
-    (pos, ended, moves), _ = jax.lax.scan(
-        one, (state.pos, jnp.bool_(False), jnp.int32(0)), jnp.arange(self.max_actions))
+    (pos, ended, moves), _ = jax.lax.scan(   # unrolled: fuses with parse/render
+        one, (state.pos, jnp.bool_(False), jnp.int32(0)), jnp.arange(self.max_actions), unroll=True)
     invalid = active & ~acts.valid
     steps = jnp.where(active, state.steps + moves + invalid.astype(jnp.int32), state.steps)
     success = flat[pos] == G

@@ -198,9 +198,9 @@ class Sokoban:
       solved = solved | (live & ~jnp.any(state.targets & ~boxes))
       return (boxes, player, solved, moves + live.astype(jnp.int32)), None
 
-    (boxes, player, solved, moves), _ = jax.lax.scan(
+    (boxes, player, solved, moves), _ = jax.lax.scan(   # unrolled: fuses with parse/render
         one, (state.boxes, state.player, jnp.bool_(False), jnp.int32(0)),
-        jnp.arange(self.max_actions))
+        jnp.arange(self.max_actions), unroll=True)
     invalid = active & ~acts.valid
     steps = state.steps + moves + invalid.astype(jnp.int32)
     done = state.done | solved | (steps >= self.max_steps)
@@ -208,14 +208,15 @@ class Sokoban:
     on_after = jnp.sum(boxes & state.targets, dtype=jnp.int32)
     terms = jnp.stack([solved, on_after - on_before, moves, invalid]).astype(jnp.float32)
     reward = jnp.dot(terms, jnp.asarray(self.reward_weights, jnp.float32))
+    codes = cell_codes(new.walls, new.targets, new.boxes, new.player)   # shared by obs and hash
     info = {
         "success": ~jnp.any(state.targets & ~boxes),
         "valid_action": acts.valid,
-        "state_hash": self.state_hash(new),
+        "state_hash": fingerprint(codes),
         "reward_terms": terms,
         "milestone": on_after > on_before,
     }
-    return new, self.render(new), reward, done, info
+    return new, self.grid.render(codes), reward, done, info
 
   def state_hash(self, state: SokobanState) -> jax.Array:
     """uint32 fingerprint of the board (walls, targets, boxes, player): the anchor state of

@@ -6,6 +6,9 @@ the host; in JAX, `render(ids)` gathers the pieces' tokens `[S, M]` and compacts
 padded token row `[out_len]` (cumulative lengths + a position->slot lookup, no scatter). With
 the project tokenizer (no dummy prefix, identity normalization) decode(render(ids)) equals
 "".join(pieces[ids]) exactly; a tokenizer trained on env text makes each piece one token.
+`GridRenderer` skips the compaction when every piece a slot may hold has the same token count
+(character-level tokenizers): the layout is then static, and when each output token depends
+on one cell only, rendering is a few selects per token (same tokens, tested).
 
 In — parsing. `ByteTable` maps generated tokens to their surface bytes (the tokenizer's
 `byte_table()`), compacted to one byte string `[max_bytes]`. The scanner then works on bytes
@@ -17,7 +20,10 @@ only, so the same code serves every env (Sokoban/FrozenLake words, Countdown exp
     ids = match_words(win, lens, (b"up", b"down"))                # case-insensitive, -1 = none
     vals, ok = parse_ints(win, lens)                              # [+-]?[0-9]{1,9}
 
-`ActionParser` bundles this for envs whose actions are words (RAGEN's `Up || Left`).
+`ActionParser` bundles this for envs whose actions are words (RAGEN's `Up || Left`). By default
+it runs the same rule compiled into a token automaton (token_parse.py: one table look-up per
+token, ~30x cheaper than the scanner) and keeps the scanner (`ActionParser.scan`) for tables
+too large to build or a `max_bytes` shorter than the turn; both give identical results.
 Well-formed (valid) turn, exactly: the bytes contain `<answer>`, then later `</answer>`; the
 content between the first `<answer>` and the first `</answer>` after it has at most
 `max_answer_bytes` bytes; split on "||" (left to right, non-overlapping, like `bytes.split`),
@@ -36,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from agent_rl.envs import token_parse
 from agent_rl.envs.base import Text
 
 _WS = (32, 9, 10, 13, 11, 12)  # what bytes.strip() strips
@@ -157,21 +164,69 @@ class GridRenderer(_Digest):
       n = min(chunk, w - start)
       offset = (len(combos) if start + n == w else 0) + sum(g ** m for m in range(1, n))
       self.slots.append((start, n, offset))
-    per_row = sum(int(self.table.lengths[o:o + g ** n].max()) for _, n, o in self.slots)
-    self.obs_len = h * per_row
+    spans = [self.table.lengths[o:o + g ** n] for _, n, o in self.slots]
+    self.obs_len = h * sum(int(x.max()) for x in spans)
+    # When every piece a slot may hold has the same token count (character- and byte-level
+    # tokenizers), the layout is static: output position p always shows token col[p] of the
+    # piece in slot slot[p], and rendering is one gather with no compaction.
+    self.static = all(x.min() == x.max() for x in spans)
+    self._lut = None
+    if self.static:
+      per_slot = [(s, j) for s, x in enumerate(spans) for j in range(int(x[0]))]
+      k = len(self.slots)
+      self._slot = np.asarray([r * k + s for r in range(h) for s, _ in per_slot], np.int32)
+      self._col = np.asarray([j for _ in range(h) for _, j in per_slot], np.int32)
+      self._separate(per_slot)
     self._digest = _digest(self.table._digest, self.shape, self.chunk)
+
+  def _separate(self, per_slot):
+    """Finds, if it exists, a per-position table `lut [P, G]` and cell `cells [P]` such that
+    output token p = lut[p, code of cell p]: then rendering needs no piece ids and no gather
+    of pieces, only G selects per token (the common case of one token per glyph)."""
+    g, (h, w) = len(self.glyphs), self.shape
+    cells, lut = [], []
+    for s, j in per_slot:
+      start, n, offset = self.slots[s]
+      col = self.table.tokens[offset:offset + g ** n, j]                        # [G**n]
+      digits = (np.arange(g ** n)[:, None] // g ** np.arange(n - 1, -1, -1)[None, :]) % g
+      for t in range(n):
+        table = np.full((g,), -1, np.int64)
+        table[digits[:, t]] = col
+        if np.array_equal(table[digits[:, t]], col):                          # col = f(digit t)
+          cells.append(start + t)
+          lut.append(table)
+          break
+      else:
+        return
+    self._cells = np.asarray([r * w + c for r in range(h) for c in cells], np.int32)
+    self._lut = np.asarray(lut * h, np.int32)                                   # [P, G]
 
   def piece_ids(self, codes: jax.Array) -> jax.Array:
     """`[H * slots] int32` piece ids of a grid, row-major."""
     g = len(self.glyphs)
+    codes = jnp.asarray(codes, jnp.int32)
     ids = []
     for start, n, offset in self.slots:
-      weights = jnp.asarray([g ** (n - 1 - t) for t in range(n)], jnp.int32)
-      ids.append(offset + jnp.asarray(codes, jnp.int32)[:, start:start + n] @ weights)
+      pid = jnp.full(codes.shape[:1], offset, jnp.int32)
+      for t in range(n):                      # base-g number of the slot's glyphs
+        pid = pid + codes[:, start + t] * (g ** (n - 1 - t))
+      ids.append(pid)
     return jnp.stack(ids, axis=1).ravel()
 
   def render(self, codes: jax.Array, out_len: int | None = None) -> Text:
-    return self.table.render(self.piece_ids(codes), self.obs_len if out_len is None else out_len)
+    out_len = self.obs_len if out_len is None else out_len
+    if self._lut is not None and out_len == self.obs_len:
+      cell = jnp.asarray(codes, jnp.int32).ravel()[self._cells]
+      out = jnp.asarray(self._lut[:, 0])
+      for k in range(1, len(self.glyphs)):
+        out = jnp.where(cell == k, jnp.asarray(self._lut[:, k]), out)
+      return Text(tokens=out, length=jnp.int32(self.obs_len))
+    ids = self.piece_ids(codes)
+    if self.static and out_len == self.obs_len:
+      m = self.table.tokens.shape[1]
+      flat = jnp.asarray(self.table.tokens.ravel())[ids[self._slot] * m + self._col]
+      return Text(tokens=flat, length=jnp.int32(self.obs_len))
+    return self.table.render(ids, out_len)
 
   def text(self, codes) -> str:
     """Host-side string of a grid (what `render` decodes to)."""
@@ -352,7 +407,8 @@ class ActionParser(_Digest):
   """
 
   def __init__(self, tokenizer: TokenizerLike, words: Mapping[str, int], *, max_actions: int = 1,
-               max_answer_bytes: int = 128, max_bytes: int | None = None):
+               max_answer_bytes: int = 128, max_bytes: int | None = None,
+               token_automaton: bool = True):
     if max_actions < 1:
       raise ValueError(f"max_actions must be >= 1, got {max_actions}")
     if not words:
@@ -363,10 +419,23 @@ class ActionParser(_Digest):
     self.max_actions = int(max_actions)
     self.max_answer_bytes = int(max_answer_bytes)
     self.max_bytes = max_bytes
+    # The same rule compiled to a token automaton (token_parse.py); None -> byte scanner only.
+    self.automaton = token_parse.build(
+        self.bytes.table, self.bytes.lengths, self.words, self.word_ids,
+        self.max_actions) if token_automaton else None
     self._digest = _digest(self.bytes._digest, self.words, self.word_ids, self.max_actions,
-                           self.max_answer_bytes, self.max_bytes)
+                           self.max_answer_bytes, self.max_bytes, self.automaton is not None)
 
   def __call__(self, action: Text) -> Actions:
+    full = action.tokens.shape[-1] * self.bytes.table.shape[1]   # bytes of a full turn
+    if self.automaton is not None and (self.max_bytes is None or self.max_bytes >= full):
+      ids, count, valid = self.automaton.parse(jnp.asarray(action.tokens, jnp.int32),
+                                               action.length, self.max_answer_bytes)
+      return Actions(ids=ids, count=count, valid=valid)
+    return self.scan(action)
+
+  def scan(self, action: Text) -> Actions:
+    """The byte scanner (the rule's reference implementation in JAX; any max_bytes)."""
     span = self.bytes.answer(action, max_answer_bytes=self.max_answer_bytes, max_bytes=self.max_bytes)
     starts, lens, count = split_segments(span.bytes, span.length, max_segments=self.max_actions)
     width = max(len(w) for w in self.words)
