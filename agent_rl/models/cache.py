@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from agent_rl.models.config import ModelConfig
+from agent_rl.parallel.rules import constrain
 
 
 @flax.struct.dataclass
@@ -45,7 +46,12 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.float32) ->
   if batch <= 0 or max_len <= 0:
     raise ValueError(f"init_cache needs positive batch and max_len, got {batch}, {max_len}")
   kvh, d = cfg.num_kv_heads, cfg.head_dim
-  k = tuple(jnp.zeros((batch, kvh, d, max_len), dtype) for _ in range(cfg.num_layers))
-  v = tuple(jnp.zeros((batch, kvh, max_len, d), dtype) for _ in range(cfg.num_layers))
-  return KVCache(k=k, v=v, valid=jnp.zeros((batch, max_len), jnp.bool_),
+  # Under a mesh the cache is laid out by the logical rules (episodes over data x fsdp, KV
+  # heads over tensor, like the k/v projections that fill it); the in-place updates keep it.
+  k = tuple(constrain(jnp.zeros((batch, kvh, d, max_len), dtype),
+                      ("batch", "kv_heads", "head_dim", "length")) for _ in range(cfg.num_layers))
+  v = tuple(constrain(jnp.zeros((batch, kvh, max_len, d), dtype),
+                      ("batch", "kv_heads", "length", "head_dim")) for _ in range(cfg.num_layers))
+  return KVCache(k=k, v=v, valid=constrain(jnp.zeros((batch, max_len), jnp.bool_),
+                                           ("batch", "length")),
                  index=jnp.zeros((), jnp.int32))

@@ -18,6 +18,7 @@ from agent_rl.models.attention import Attention, mask_to_bias
 from agent_rl.models.cache import KVCache
 from agent_rl.models.config import ModelConfig, rope_inv_freq
 from agent_rl.models.layers import MLP, Embed, RMSNorm, dense_init, make_param, rope_cos_sin
+from agent_rl.parallel.rules import constrain
 
 
 class Block(nnx.Module):
@@ -99,6 +100,8 @@ class Transformer(nnx.Module):
       # Rows flattened to [B*L, E] through the blocks: 2-D GEMMs in forward and backward.
       x, cos, sin = (a.reshape(b * l, a.shape[-1]) for a in (x, cos, sin))
       for blk in self.layers:
+        # The residual stream is laid out by the rules: rows over data x fsdp.
+        x = constrain(x, ("batch", "embed"))
         x = x + blk.attn.full(blk.attn_norm(x), cos, sin, bias, b)
         x = x + blk.mlp(blk.mlp_norm(x))
       x = x.reshape(b, l, -1)

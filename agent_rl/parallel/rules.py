@@ -14,6 +14,7 @@ written against flax's helpers and ours sees one table; the active mesh is `jax.
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Iterator, Sequence, Tuple, Union
 
 import jax
@@ -110,7 +111,8 @@ def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
 
   x: [...] with one logical name per dimension. Outside any mesh context there is nothing
   to shard and `x` is returned as is; under a mesh (`mesh_rules` / `jax.set_mesh`) the
-  constraint is always applied, on CPU fake devices as on TPU.
+  constraint is always applied, on CPU fake devices as on TPU. A dimension that does not
+  divide its mesh axes (e.g. an eval batch smaller than data x fsdp) is left replicated.
   """
   if len(names) != x.ndim:
     raise ValueError(f"constrain got {len(names)} logical names {tuple(names)} for an array "
@@ -120,4 +122,8 @@ def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
     return x
   spec = logical_to_spec(names)
   _check_axes(spec, mesh.axis_names, f"constrain{tuple(names)}")
+  parts = [1 if e is None else
+           math.prod(mesh.shape[a] for a in _as_tuple(e)) for e in spec]
+  spec = PartitionSpec(*(e if size % n == 0 else None
+                         for e, size, n in zip(spec, x.shape, parts)))
   return jax.lax.with_sharding_constraint(x, spec)

@@ -69,3 +69,21 @@ def test_gqa_kv_heads_not_divisible_by_tensor_is_named():
   with pytest.raises(ValueError, match=r"parameter layers/0/attn/k of shape \(256, 1, 64\): "
                                        r"dimension 1 \('kv_heads', size 1\)"):
     init_sharded(lambda: Transformer(cfg, rngs=nnx.Rngs(0)), mesh, DEFAULT_RULES)
+
+
+def test_kv_cache_and_residual_follow_the_rules():
+  """Under a mesh the cache is born laid out by the rules (episodes over data x fsdp, KV heads
+  over tensor); a batch that does not divide the mesh stays replicated on that dimension."""
+  from agent_rl.models import ModelConfig, init_cache
+  from agent_rl.parallel import DEFAULT_RULES, make_mesh, mesh_rules
+  cfg = ModelConfig(vocab_size=64, hidden=32, num_layers=1, num_heads=4, num_kv_heads=2,
+                    head_dim=8, intermediate=64)
+  mesh = make_mesh((2, 2, 2))
+  with mesh_rules(mesh, DEFAULT_RULES):
+    even = jax.jit(lambda: init_cache(cfg, 8, 16))()
+    odd = jax.jit(lambda: init_cache(cfg, 3, 16))()
+  spec = lambda x: tuple(x.sharding.spec) + (None,) * (x.ndim - len(x.sharding.spec))
+  assert spec(even.k[0]) == (("data", "fsdp"), "tensor", None, None)
+  assert spec(even.v[0]) == (("data", "fsdp"), "tensor", None, None)
+  assert spec(even.valid) == (("data", "fsdp"), None)
+  assert spec(odd.k[0]) == (None, "tensor", None, None)
