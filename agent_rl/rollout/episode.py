@@ -136,9 +136,14 @@ class EpisodeLoop:
     return decode
 
   def _prefill_last(self, params, tok, pos, valid, length, cache):
+    """Prefills a block; returns the logits `[N, V]` at each row's last block token."""
+    rows = jnp.maximum(length - 1, 0)
+    if self.policy.prefill_rows:
+      last, _, cache = self.policy.prefill(self.policy.graphdef, params, tok, pos, valid, cache,
+                                           rows=rows)
+      return last, cache
     logits, _, cache = self.policy.prefill(self.policy.graphdef, params, tok, pos, valid, cache)
-    last = jnp.take_along_axis(logits, jnp.maximum(length - 1, 0)[:, None, None], axis=1)[:, 0]
-    return last, cache
+    return jnp.take_along_axis(logits, rows[:, None, None], axis=1)[:, 0], cache
 
   def _hash0(self, state, obs: Text):
     """Fingerprint of the initial state: the env's own `state_hash` when it has one."""

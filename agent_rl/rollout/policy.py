@@ -8,6 +8,11 @@ episode loop never imports a model class and the same loop drives any decoder.
     prefill(graphdef, params, tokens, positions, valid, cache)     -> (logits [B,L,V], hidden, cache)
     decode_step(graphdef, params, tokens [B], positions [B], cache, valid=[B]) -> (logits [B,V], hidden, cache)
     forward(graphdef, params, tokens, positions, valid)            -> (logits [B,L,V], hidden)
+
+A policy with `prefill_rows=True` also accepts `prefill(..., rows=[B])` and then returns only
+each row's logits at block position `rows` (`[B, V]`): the episode loop only samples after
+the last prompt / observation token, so the head (and, for the Transformer, the last layer's
+MLP) runs on one position per row instead of all of them.
 """
 from __future__ import annotations
 
@@ -23,13 +28,15 @@ class Policy:
   prefill: Callable[..., Any]
   decode_step: Callable[..., Any]
   forward: Callable[..., Any]
+  prefill_rows: bool = False
 
   @classmethod
   def from_model(cls, model_cfg: Any, graphdef: Any) -> "Policy":
     """The `agent_rl.models` Transformer: `graphdef, params = nnx.split(model)`."""
     from agent_rl import models  # the models room is optional for host-only users
     return cls(graphdef=graphdef, model_cfg=model_cfg, init_cache=models.init_cache,
-               prefill=models.prefill, decode_step=models.decode_step, forward=models.forward)
+               prefill=models.prefill, decode_step=models.decode_step, forward=models.forward,
+               prefill_rows=True)
 
   def cache(self, batch: int, max_len: int) -> Any:
     return self.init_cache(self.model_cfg, batch, max_len)

@@ -53,3 +53,18 @@ def test_sokoban_compiled_matches_forward_and_host(setup):
   assert np.array_equal(np.asarray(host.tokens), np.asarray(batch.tokens))
   np.testing.assert_allclose(np.asarray(host.reward), np.asarray(batch.reward), atol=1e-6)
   assert np.array_equal(np.asarray(host.next_hash), np.asarray(batch.next_hash))
+
+
+def test_prefill_rows_path_equals_full_logits_path(setup):
+  """`Policy.prefill_rows` (head and last MLP only at each row's last prompt token) samples
+  the same episodes as taking that row out of the all-position logits."""
+  import dataclasses
+  tok, env, pol, params, cfg, tasks, pieces = setup
+  assert pol.prefill_rows
+  key = jax.random.PRNGKey(3)
+  fast, _ = make_rollout(pol, env, cfg, pieces)(params, tasks, key)
+  full, _ = make_rollout(dataclasses.replace(pol, prefill_rows=False), env, cfg, pieces)(
+      params, tasks, key)
+  assert np.array_equal(np.asarray(fast.tokens), np.asarray(full.tokens))
+  assert np.asarray(fast.loss_mask).sum() > 20
+  np.testing.assert_allclose(np.asarray(fast.logprobs), np.asarray(full.logprobs), atol=1e-5)
