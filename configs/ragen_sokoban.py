@@ -12,9 +12,9 @@ GRPO), `starpo_s` (keep the top 25% groups by reward std), `kl` (KL-to-reference
 coef 0.001), `kl_reward` (KL penalty in the reward, beta 0.001).
 
 Expected results:
-  tiny  (2-core CPU, ~6 min): held-out greedy success on 64 tasks 0.00 (random init) ->
-        0.72 after 100 SFT steps on 256 solver demos -> 0.78 after 30 RL iterations
-        (avg@4 0.68 -> 0.77); measured 2026-11-30, see README. 10% of the tasks need more
+  tiny  (2-core CPU, ~4 min): held-out greedy success on 64 tasks 0.00 (random init) ->
+        0.75 after 100 SFT steps on 256 solver demos -> 0.78 after 30 RL iterations
+        (avg@4 0.70 -> 0.77); measured 2026-11-30, see README. 10% of the tasks need more
         than 5 moves, so 0.90 is the ceiling at 5 turns x 1 action.
   full  (v5e-16 / 8xH100): RAGEN reports ~0.2-0.3 success for 0.5B StarPO on Sokoban;
         not reproduced here (no accelerator in CI).
