@@ -67,8 +67,9 @@ def load_run_policy(workdir: str, vocab_size: int, place: Placement) -> tuple[An
   """(model_cfg, lm_graphdef, lm params) of a finished or running agent_rl run, on `place`."""
   tc = load_run_config(workdir)
   mcfg = model_config(tc, vocab_size)
-  target = abstract_train_state(tc, mcfg, make_optimizer(tc.optim, 1), place)
-  lm_graphdef = abstract_state(tc, mcfg, make_optimizer(tc.optim, 1), place)[1]
+  opt = make_optimizer(tc.optim, 1)  # only its state's structure matters for the restore
+  target = abstract_train_state(tc, mcfg, opt, place)
+  lm_graphdef = abstract_state(tc, mcfg, opt, place)[1]
   for sub in ("checkpoint_best", "checkpoints"):
     d = os.path.join(workdir, sub)
     if not os.path.isdir(d):

@@ -122,11 +122,10 @@ def abstract_train_state(c, model_cfg, optimizer, place: Placement) -> TrainStat
 
 def init_state(c, model_cfg, optimizer, place: Placement):
   """(graphdef, lm_graphdef, TrainState) with params and optimizer state born sharded."""
-  graphdef, lm_graphdef, _, _, opt_abs, opt_sh = abstract_state(c, model_cfg, optimizer, place)
+  graphdef, lm_graphdef, _, _, _, opt_sh = abstract_state(c, model_cfg, optimizer, place)
   _, params = init_sharded(model_factory(c, model_cfg), place.mesh, place.rules)
   with place.context():
     opt_state = jax.jit(optimizer.init, out_shardings=opt_sh)(params)
-  del opt_abs
   rep = place.replicated
   rng = jax.random.key_data(jax.random.fold_in(jax.random.key(c.seed), 7))
   state = TrainState(params=params, opt_state=opt_state,
