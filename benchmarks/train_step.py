@@ -11,34 +11,37 @@ batch 8 x 512 tokens, float32.
 Achieved FLOP/s counts model FLOPs: 3 x forward, forward = 2 x (matmul params incl. the
 head) per token + causal attention (QK^T and PV over the L(L+1)/2 visible pairs). Peaks are
 measured in the same run: a big jitted float32 `jnp.dot` (and `torch.mm`, for the peer's
-fraction of its own peak). The three measurements are interleaved round by round and each
-reports its best round, so a burst of load from other processes hits them alike.
+fraction of its own peak).
 
-Huge pages: the script re-executes itself with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1`
-(malloc then asks for transparent huge pages, which XLA:CPU's large buffers benefit from;
-it must be set before the process starts). `--no-hugepages` measures without.
+Each framework runs in its own worker process, driven in turns by this script: rounds
+alternate (JAX steps, torch steps, JAX peak, torch peak) and each reports its best round, so
+a burst of load from other processes hits them alike (and neither shares an allocator or a
+thread pool with the other).
 
-  python benchmarks/train_step.py [--quick] [--rounds 3] [--steps 3] [--no-hugepages]
+Steady state: each round starts with one untimed step. This machine is a VM with free-page
+reporting: memory a process frees and leaves unused for ~2 s goes back to the host, and
+touching it again faults it in from the host. A step right after the other framework's
+round, or after 6 s idle, took 7-8 s instead of 4.9 s (JAX, which allocates its
+temporaries per step; fresh NumPy arrays show the same); steps that follow steps, as in
+training, do not pay it.
+Huge pages: the JAX worker runs with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (malloc then
+asks for transparent huge pages, which XLA:CPU's large buffers benefit from; glibc reads it
+at process start), the torch worker with glibc's defaults, which are faster for torch here
+(`--no-hugepages`, `--torch-hugepages` flip them).
+
+  python benchmarks/train_step.py [--quick] [--rounds 3] [--steps 3]
 
 Writes benchmarks/results/train_step.json (or --out) and prints it.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import platform
+import subprocess
 import sys
-
-_HUGE = "glibc.malloc.hugetlb=1"
-if (__name__ == "__main__" and "--no-hugepages" not in sys.argv
-    and _HUGE not in os.environ.get("GLIBC_TUNABLES", "")):
-  # glibc reads its tunables at process start only: re-exec before anything allocates.
-  tun = os.environ.get("GLIBC_TUNABLES", "")
-  os.environ["GLIBC_TUNABLES"] = f"{tun}:{_HUGE}" if tun else _HUGE
-  os.execv(sys.executable, [sys.executable] + sys.argv)
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import time  # noqa: E402
+import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -52,6 +55,8 @@ from agent_rl.models import ModelConfig  # noqa: E402
 from agent_rl.train.policy import ActorCritic, make_apply  # noqa: E402
 from agent_rl.train.sft import make_sft_loss  # noqa: E402
 from agent_rl.train.step import Minibatch, TrainState, make_train_step  # noqa: E402
+
+_HUGE = "glibc.malloc.hugetlb=1"
 
 BATCH, LENGTH = 8, 512
 LR, WEIGHT_DECAY = 1e-4, 0.01
@@ -127,70 +132,138 @@ def torch_step(tokens: np.ndarray):
   return run, losses
 
 
-def matmul_peaks(n: int):
-  """`run()` for a jitted float32 jnp.dot [n,n]x[n,n] and for torch.mm; FLOPs per call."""
+def matmul_peak(framework: str, n: int):
+  """`run()` of a float32 [n,n] x [n,n] matmul (jitted `jnp.dot` or `torch.mm`); FLOPs per call."""
+  if framework == "jax":
+    a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+    b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32)
+    dot = jax.jit(lambda a, b: jnp.dot(a, b, precision="highest"))
+    return (lambda: dot(a, b).block_until_ready()), 2.0 * n ** 3
   import torch
-  a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
-  b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32)
-  dot = jax.jit(lambda a, b: jnp.dot(a, b, precision="highest"))
   ta, tb = torch.randn(n, n), torch.randn(n, n)
-  return (lambda: dot(a, b).block_until_ready()), (lambda: torch.mm(ta, tb)), 2.0 * n ** 3
+  return (lambda: torch.mm(ta, tb)), 2.0 * n ** 3
+
+
+def worker(framework: str, matmul_n: int):
+  """One framework in its own process, driven over stdin/stdout by `main` (one JSON per line).
+
+  Commands: `steps N` (one untimed step, then N timed steps), `peak` (one timed peak
+  matmul), `quit`.
+  """
+  import torch
+  torch.set_num_threads(2)
+  tokens = np.random.default_rng(0).integers(0, CFG.vocab_size, (BATCH, LENGTH)).astype(np.int32)
+  run, losses = (jax_step if framework == "jax" else torch_step)(tokens)
+  first = _timed(lambda: run(1))[0]
+  peak, peak_flops = matmul_peak(framework, matmul_n)
+  peak()
+  info = dict(first_step_seconds=first, peak_flops_per_call=peak_flops,
+              threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads(),
+              version=jax.__version__ if framework == "jax" else torch.__version__,
+              glibc_tunables=os.environ.get("GLIBC_TUNABLES", ""))
+  print(json.dumps(info), flush=True)
+  for line in sys.stdin:
+    cmd = line.split()
+    if cmd[0] == "steps":
+      run(1)  # untimed: see "Steady state" in the module docstring
+      wall, cpu = _timed(lambda: run(int(cmd[1])))
+      print(json.dumps(dict(wall=wall, cpu=cpu, loss=losses[-1])), flush=True)
+    elif cmd[0] == "peak":
+      wall, cpu = _timed(peak)
+      print(json.dumps(dict(wall=wall, cpu=cpu)), flush=True)
+    else:
+      return
+
+
+class _Worker:
+  def __init__(self, framework: str, matmul_n: int, huge_pages: bool):
+    env = dict(os.environ)
+    tun = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t and t != _HUGE]
+    env["GLIBC_TUNABLES"] = ":".join(tun + [_HUGE] if huge_pages else tun)
+    self.proc = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--worker", framework, "--matmul", str(matmul_n)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    self.info = self._reply()
+
+  def _reply(self) -> dict:
+    line = self.proc.stdout.readline()
+    if not line:
+      raise RuntimeError(f"benchmark worker exited with {self.proc.wait()}")
+    return json.loads(line)
+
+  def ask(self, cmd: str) -> dict:
+    self.proc.stdin.write(cmd + "\n")
+    self.proc.stdin.flush()
+    return self._reply()
+
+  def close(self):
+    self.proc.stdin.write("quit\n")
+    self.proc.stdin.close()
+    self.proc.wait()
 
 
 def main():
   ap = argparse.ArgumentParser()
-  ap.add_argument("--quick", action="store_true", help="1 round of 1 step, 2048 matmul")
+  ap.add_argument("--quick", action="store_true", help="2 rounds of 1 step, 2048 matmul")
   ap.add_argument("--rounds", type=int, default=3)
   ap.add_argument("--steps", type=int, default=3, help="train steps per timed round")
   ap.add_argument("--matmul", type=int, default=4096, help="n of the n x n peak matmul")
-  ap.add_argument("--no-hugepages", action="store_true")
+  ap.add_argument("--no-hugepages", action="store_true", help="JAX worker without huge pages")
+  ap.add_argument("--torch-hugepages", action="store_true",
+                  help="torch worker with huge pages (slower for torch here: 5.2-5.5 vs 4.4-4.7 s)")
+  ap.add_argument("--worker", choices=("jax", "torch"), help=argparse.SUPPRESS)
   ap.add_argument("--out", default=None)
   args = ap.parse_args()
+  if args.worker:
+    return worker(args.worker, args.matmul)
   if args.quick:
     args.rounds, args.steps, args.matmul = 2, 1, 2048
   out = args.out or os.path.join(os.path.dirname(__file__), "results",
                                  "train_step_quick.json" if args.quick else "train_step.json")
 
-  import torch
   import transformers
-  torch.set_num_threads(2)
-  tokens = np.random.default_rng(0).integers(0, CFG.vocab_size, (BATCH, LENGTH)).astype(np.int32)
   flops = model_flops(CFG, BATCH, LENGTH)
-  results = dict(
-      benchmark="train_step", model=dict(HF_CONFIG, head_dim=CFG.head_dim, qkv_bias=True),
-      batch=BATCH, length=LENGTH, optimizer=dict(name="adamw", lr=LR, weight_decay=WEIGHT_DECAY),
-      dtype="float32", rounds=args.rounds, steps_per_round=args.steps, matmul_n=args.matmul,
-      model_flops_per_step=flops, torch_threads=torch.get_num_threads(),
-      torch_interop_threads=torch.get_num_interop_threads(),
-      glibc_tunables=os.environ.get("GLIBC_TUNABLES", ""),
-      xla_flags=os.environ.get("XLA_FLAGS", ""), cpu_count=os.cpu_count(),
-      load_avg_start=os.getloadavg(),
-      versions=dict(jax=jax.__version__, torch=torch.__version__,
-                    transformers=transformers.__version__, python=platform.python_version()))
-
-  jrun, jlosses = jax_step(tokens)
-  results["jax_compile_and_first_step_seconds"] = _timed(lambda: jrun(1))[0]
-  trun, tlosses = torch_step(tokens)
-  results["torch_first_step_seconds"] = _timed(lambda: trun(1))[0]
-  jdot, tmm, mm_flops = matmul_peaks(args.matmul)
-  jdot(), tmm()
-
+  load_start = os.getloadavg()
+  # One process per framework, driven in turns (see the module docstring).
+  workers = {"jax": _Worker("jax", args.matmul, not args.no_hugepages)}
+  workers["torch"] = _Worker("torch", args.matmul, args.torch_hugepages)
   walls = {k: [] for k in ("jax", "torch", "jax_matmul", "torch_matmul")}
   cpus = {k: [] for k in walls}
+  losses = {"jax": [], "torch": []}
   for r in range(args.rounds):
-    for name, fn in (("jax", lambda: jrun(args.steps)), ("torch", lambda: trun(args.steps)),
-                     ("jax_matmul", jdot), ("torch_matmul", tmm)):
-      w, c = _timed(fn)
-      walls[name].append(w)
-      cpus[name].append(c)
+    for name in ("jax", "torch"):
+      rep = workers[name].ask(f"steps {args.steps}")
+      walls[name].append(rep["wall"])
+      cpus[name].append(rep["cpu"])
+      losses[name].append(rep["loss"])
+    for name in ("jax", "torch"):
+      rep = workers[name].ask("peak")
+      walls[f"{name}_matmul"].append(rep["wall"])
+      cpus[f"{name}_matmul"].append(rep["cpu"])
     print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in walls.items()), flush=True)
+  for w in workers.values():
+    w.close()
 
+  mm_flops = workers["jax"].info["peak_flops_per_call"]
   tok = BATCH * LENGTH * args.steps
   best = {k: min(v) for k, v in walls.items()}
   jax_peak, torch_peak = mm_flops / best["jax_matmul"], mm_flops / best["torch_matmul"]
   jax_tps, torch_tps = tok / best["jax"], tok / best["torch"]
   jax_fs, torch_fs = flops * args.steps / best["jax"], flops * args.steps / best["torch"]
-  results.update(
+  ji, ti = workers["jax"].info, workers["torch"].info
+  results = dict(
+      benchmark="train_step", model=dict(HF_CONFIG, head_dim=CFG.head_dim, qkv_bias=True),
+      batch=BATCH, length=LENGTH, optimizer=dict(name="adamw", lr=LR, weight_decay=WEIGHT_DECAY),
+      dtype="float32", rounds=args.rounds, steps_per_round=args.steps, matmul_n=args.matmul,
+      model_flops_per_step=flops, torch_threads=ti["threads"],
+      torch_interop_threads=ti["interop_threads"],
+      glibc_tunables=dict(jax=ji["glibc_tunables"], torch=ti["glibc_tunables"]),
+      xla_flags=os.environ.get("XLA_FLAGS", ""), cpu_count=os.cpu_count(),
+      load_avg_start=load_start,
+      versions=dict(jax=ji["version"], torch=ti["version"], transformers=transformers.__version__,
+                    python=platform.python_version()),
+      jax_compile_and_first_step_seconds=ji["first_step_seconds"],
+      torch_first_step_seconds=ti["first_step_seconds"],
       walls=walls, process_cpu_seconds=cpus,
       jax_step_seconds=best["jax"] / args.steps, torch_step_seconds=best["torch"] / args.steps,
       jax_tokens_per_s=jax_tps, torch_tokens_per_s=torch_tps,
@@ -198,12 +271,14 @@ def main():
       jax_flops_per_s=jax_fs, torch_flops_per_s=torch_fs,
       jax_matmul_peak_flops_per_s=jax_peak, torch_matmul_peak_flops_per_s=torch_peak,
       jax_fraction_of_jax_peak=jax_fs / jax_peak, torch_fraction_of_torch_peak=torch_fs / torch_peak,
-      jax_losses=jlosses, torch_losses=tlosses, load_avg_end=os.getloadavg(),
+      jax_losses=losses["jax"], torch_losses=losses["torch"], load_avg_end=os.getloadavg(),
       targets=dict(speedup_vs_torch=">1", jax_fraction_of_jax_peak=">=0.60"),
-      note=("Walls: best of the interleaved rounds, on a 2-core machine shared with other "
-            "processes (see load_avg_*). Model FLOPs count causal attention at its visible "
-            "half; tokens/s is batch*length per step. Both sides start from different random "
-            "weights; the losses are ~log(vocab) and only show both steps train."))
+      note=("Each framework runs in its own worker process (JAX with huge pages, torch with "
+            "glibc's defaults, each its faster setting here); rounds alternate between them, "
+            "start with one untimed step (steady state), and each reports its best round. Walls on a 2-core machine (see load_avg_*). "
+            "Model FLOPs count causal attention at its visible half; tokens/s is "
+            "batch*length per step. Both sides start from different random weights; the "
+            "losses only show both steps train."))
   os.makedirs(os.path.dirname(out), exist_ok=True)
   with open(out, "w") as f:
     json.dump(results, f, indent=2)

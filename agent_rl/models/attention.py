@@ -5,6 +5,12 @@ Three paths share the projections: `full` (no cache, causal by sequence order), 
 (one token, 4-D einsums, which XLA:CPU runs faster than the L=1 case of `cached`). Masks are
 additive biases (`MASK_BIAS`) computed once per call and shared across layers, cheaper than
 `jnp.where` inside every softmax. Query heads h = k * G + g use KV head k, as HF `repeat_kv`.
+
+The training path's core, softmax(q k^T + bias) v, has a hand-written backward
+(`attention_core`): the FlashAttention gradient (Dao et al., 2022, arXiv:2205.14135, alg. 2)
+dS = P * (dP - rowsum(dY * Y)), whose row sum runs over D rather than over the keys, and no
+gradient flows through the max shift (autodiff routed one through an argmax mask). On the
+2-core CPU this cut the attention core's forward + backward per layer from 136 ms to 81 ms.
 """
 from __future__ import annotations
 
@@ -37,6 +43,41 @@ def _softmax(scores: jax.Array, bias: jax.Array) -> jax.Array:
   s = s - jnp.max(s, axis=-1, keepdims=True)
   e = jnp.exp(s)
   return e / jnp.sum(e, axis=-1, keepdims=True)
+
+
+@jax.custom_vjp
+def attention_core(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array) -> jax.Array:
+  """softmax(q k^T + bias) v per KV head and query group.
+
+  q: [B,K,R,G,D] (R query rows, G query heads per KV head), k, v: [B,K,S,D], bias
+  [B,1,R,1,S] float32 additive (no gradient) -> y [B,K,R,G,D] in q's dtype. Scores and the
+  softmax are float32. Saves P [B,K,R,G,S] for the backward (speed over memory: the
+  accelerator path for long contexts is a fused kernel, not this).
+  """
+  return _core_fwd(q, k, v, bias)[0]
+
+
+def _core_fwd(q, k, v, bias):
+  s = jnp.einsum("bkrgd,bksd->bkrgs", q, k, preferred_element_type=jnp.float32) + bias
+  e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+  p = (e / jnp.sum(e, axis=-1, keepdims=True)).astype(q.dtype)
+  y = jnp.einsum("bkrgs,bksd->bkrgd", p, v)
+  return y, (q, k, v, p, y)
+
+
+def _core_bwd(res, dy):
+  q, k, v, p, y = res
+  dv = jnp.einsum("bkrgs,bkrgd->bksd", p, dy)
+  dp = jnp.einsum("bkrgd,bksd->bkrgs", dy, v, preferred_element_type=jnp.float32)
+  # rowsum(dP * P) = rowsum(dY * Y): D terms per row instead of S.
+  delta = jnp.sum(dy.astype(jnp.float32) * y.astype(jnp.float32), axis=-1, keepdims=True)
+  ds = (p.astype(jnp.float32) * (dp - delta)).astype(q.dtype)
+  dq = jnp.einsum("bkrgs,bksd->bkrgd", ds, k)
+  dk = jnp.einsum("bkrgs,bkrgd->bksd", ds, q)
+  return dq, dk, dv, None
+
+
+attention_core.defvjp(_core_fwd, _core_bwd)
 
 
 class Attention(nnx.Module):
@@ -93,20 +134,14 @@ class Attention(nnx.Module):
     q, k, v = self._qkv(x, cos, sin)  # q [B*L,KVH,G,D]; k, v [B*L,KVH,D]
     t, kvh, g, d = q.shape
     l = t // batch
-    # Heads-major, a query head group's rows (l, g) merged: q [B,KVH,L*G,D], k/v [B,KVH,L,D],
+    # Heads-major: q [B,KVH,L,G,D], k/v [B,KVH,L,D]; a group's rows (l, g) are contiguous,
     # so both attention products (and their gradients) are plain batched GEMMs.
-    q = q.reshape(batch, l, kvh, g, d).transpose(0, 2, 1, 3, 4).reshape(batch, kvh, l * g, d)
+    q = q.reshape(batch, l, kvh, g, d).transpose(0, 2, 1, 3, 4)
     k, v = (a.reshape(batch, l, kvh, d).transpose(0, 2, 1, 3) for a in (k, v))
-    ys = []
-    for lo, hi in _chunk_bounds(l, QUERY_CHUNKS):
-      s = jnp.einsum("bkmd,bksd->bkms", q[:, :, lo * g:hi * g], k[:, :, :hi],
-                     preferred_element_type=jnp.float32)
-      s = s.reshape(batch, kvh, hi - lo, g, hi)
-      p = _softmax(s, bias[:, :, 0, lo:hi, None, :hi]).astype(self.dtype)
-      ys.append(jnp.einsum("bkms,bksd->bkmd", p.reshape(batch, kvh, -1, hi), v[:, :, :hi]))
+    ys = [attention_core(q[:, :, lo:hi], k[:, :, :hi], v[:, :, :hi], bias[:, :, 0, lo:hi, None, :hi])
+          for lo, hi in _chunk_bounds(l, QUERY_CHUNKS)]
     y = ys[0] if len(ys) == 1 else jnp.concatenate(ys, axis=2)
-    y = y.reshape(batch, kvh, l, g, d).transpose(0, 2, 1, 3, 4)
-    return self._out(y.reshape(t, kvh * g, d))
+    return self._out(y.transpose(0, 2, 1, 3, 4).reshape(t, kvh * g, d))
 
   def cached(self, x, cos, sin, k_cache, v_cache, index, bias, rows=None):
     """Block of L tokens written at slot `index`.
