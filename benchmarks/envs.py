@@ -4,7 +4,8 @@ Side by side in one run, written to benchmarks/results/envs.json:
   sokoban_step   Sokoban 6x6 / 1 box, random actions, auto-reset to the level's start, text
                  observation rendered and folded into a checksum (so XLA cannot drop it):
                  ours at batch 1, 64, 1024 vs (a) RAGEN's way: gym-sokoban's SokobanEnv stepped
-                 in a Python loop + RAGEN's text render, and (b) jumanji's JAX Sokoban (grid obs).
+                 in a Python loop + RAGEN's text render, and (b) jumanji's JAX Sokoban (grid obs),
+                 reset like ours and, for reference, through its own auto-reset wrapper.
   sokoban_gen    new levels per second: ours (vmapped reverse-play generator) vs gym-sokoban's
                  generate_room (host DFS), both at RAGEN's 6x6, 1 box, num_steps=int(1.7*12).
   frozenlake     4x4 and 8x8 slippery, random actions, auto-reset, text obs: ours vs
@@ -185,19 +186,27 @@ def ragen_python_steps_per_s(seconds):
   return n / (time.perf_counter() - t)
 
 
-def jumanji_steps_per_s(batch, steps, repeats):
+def jumanji_steps_per_s(batch, steps, repeats, own_wrapper=False):
+  """jumanji's JAX Sokoban (10x10 levels from its SimpleSolveGenerator; the default generator
+  downloads Boxoban). Reset as ours (back to the start state), or with `own_wrapper` through
+  jumanji's `VmapAutoResetWrapper`, which starts a new generated level after each episode."""
   from jumanji.environments import Sokoban
   from jumanji.environments.routing.sokoban.generator import SimpleSolveGenerator
+  from jumanji.wrappers import VmapAutoResetWrapper
   env = Sokoban(generator=SimpleSolveGenerator())
+  wrapped = VmapAutoResetWrapper(env)
 
   @jax.jit
   def run(key):
-    states, _ = jax.vmap(env.reset)(jax.random.split(key, batch))
+    states, _ = (wrapped.reset if own_wrapper else jax.vmap(env.reset))(jax.random.split(key, batch))
     starts = states
 
     def body(carry, k):
       states, check = carry
       a = jax.random.randint(k, (batch,), 0, 4)
+      if own_wrapper:
+        states, ts = wrapped.step(states, a)
+        return (states, check + jnp.sum(ts.observation.grid, dtype=jnp.uint32)), None
       states, ts = jax.vmap(env.step)(states, a)
       check = check + jnp.sum(ts.observation.grid, dtype=jnp.uint32)
       done = ts.last()
@@ -263,6 +272,7 @@ def main():
     s[f"ours_b{b}"] = ours_steps_per_s(sok, sub, b, steps, words, reps)
   s["ragen_python_text"] = ragen_python_steps_per_s(secs)
   s["jumanji_b1024_grid_obs"] = jumanji_steps_per_s(1024, steps, reps)
+  s["jumanji_b1024_own_autoreset_wrapper"] = jumanji_steps_per_s(1024, steps, reps, own_wrapper=True)
   s["ratio_ours_b1024_vs_jumanji"] = s["ours_b1024"] / s["jumanji_b1024_grid_obs"]
   s["ratio_ours_b1024_vs_ragen_python"] = s["ours_b1024"] / s["ragen_python_text"]
   s["ns_per_step_b1024"] = sokoban_breakdown(sok, pool, 1024, steps, words, reps)

@@ -24,10 +24,15 @@ touching it again faults it in from the host. A step right after the other frame
 round, or after 6 s idle, took 7-8 s instead of 4.9 s (JAX, which allocates its
 temporaries per step; fresh NumPy arrays show the same); steps that follow steps, as in
 training, do not pay it.
-Huge pages: the JAX worker runs with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (malloc then
-asks for transparent huge pages, which XLA:CPU's large buffers benefit from; glibc reads it
-at process start), the torch worker with glibc's defaults, which are faster for torch here
-(`--no-hugepages`, `--torch-hugepages` flip them).
+Allocator: both workers run with `GLIBC_TUNABLES=` `MALLOC_TUNABLES` below (`--malloc ""` for
+glibc's defaults). glibc otherwise gives each large buffer its own mmap and unmaps it on free,
+so every step faults its temporaries in again: ~860 k minor faults and 1.3 s of system time
+per JAX step here (1.8 k huge-page faults, 0.6 s with `hugetlb=1` alone), and torch's faults
+shrink only as glibc's mmap threshold adapts (800 k -> 270 k over four steps). One arena, no
+mmap and no trimming keep the freed memory in the heap for the next step: 0 faults, and
+steady state after one step. Measured per step (JAX / torch 2.13): defaults 5.3 / 4.2-5.0 s,
+`hugetlb=1` 4.8-4.9 / -, these tunables 4.2-4.4 / 4.1-4.2 s. Use the same for CPU training
+(`launch/local.sh` sets them).
 
   python benchmarks/train_step.py [--quick] [--rounds 3] [--steps 3]
 
@@ -56,7 +61,9 @@ from agent_rl.train.policy import ActorCritic, make_apply  # noqa: E402
 from agent_rl.train.sft import make_sft_loss  # noqa: E402
 from agent_rl.train.step import Minibatch, TrainState, make_train_step  # noqa: E402
 
-_HUGE = "glibc.malloc.hugetlb=1"
+# Transparent huge pages; one malloc arena; never mmap; never return freed memory to the OS.
+MALLOC_TUNABLES = ("glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:"
+                   "glibc.malloc.trim_threshold=68719476736")
 
 BATCH, LENGTH = 8, 512
 LR, WEIGHT_DECAY = 1e-4, 0.01
@@ -176,10 +183,8 @@ def worker(framework: str, matmul_n: int):
 
 
 class _Worker:
-  def __init__(self, framework: str, matmul_n: int, huge_pages: bool):
-    env = dict(os.environ)
-    tun = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t and t != _HUGE]
-    env["GLIBC_TUNABLES"] = ":".join(tun + [_HUGE] if huge_pages else tun)
+  def __init__(self, framework: str, matmul_n: int, tunables: str):
+    env = dict(os.environ, GLIBC_TUNABLES=tunables)
     self.proc = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "--worker", framework, "--matmul", str(matmul_n)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
@@ -208,9 +213,7 @@ def main():
   ap.add_argument("--rounds", type=int, default=3)
   ap.add_argument("--steps", type=int, default=3, help="train steps per timed round")
   ap.add_argument("--matmul", type=int, default=4096, help="n of the n x n peak matmul")
-  ap.add_argument("--no-hugepages", action="store_true", help="JAX worker without huge pages")
-  ap.add_argument("--torch-hugepages", action="store_true",
-                  help="torch worker with huge pages (slower for torch here: 5.2-5.5 vs 4.4-4.7 s)")
+  ap.add_argument("--malloc", default=MALLOC_TUNABLES, help="GLIBC_TUNABLES of both workers")
   ap.add_argument("--worker", choices=("jax", "torch"), help=argparse.SUPPRESS)
   ap.add_argument("--out", default=None)
   args = ap.parse_args()
@@ -225,8 +228,7 @@ def main():
   flops = model_flops(CFG, BATCH, LENGTH)
   load_start = os.getloadavg()
   # One process per framework, driven in turns (see the module docstring).
-  workers = {"jax": _Worker("jax", args.matmul, not args.no_hugepages)}
-  workers["torch"] = _Worker("torch", args.matmul, args.torch_hugepages)
+  workers = {name: _Worker(name, args.matmul, args.malloc) for name in ("jax", "torch")}
   walls = {k: [] for k in ("jax", "torch", "jax_matmul", "torch_matmul")}
   cpus = {k: [] for k in walls}
   losses = {"jax": [], "torch": []}
@@ -273,8 +275,8 @@ def main():
       jax_fraction_of_jax_peak=jax_fs / jax_peak, torch_fraction_of_torch_peak=torch_fs / torch_peak,
       jax_losses=losses["jax"], torch_losses=losses["torch"], load_avg_end=os.getloadavg(),
       targets=dict(speedup_vs_torch=">1", jax_fraction_of_jax_peak=">=0.60"),
-      note=("Each framework runs in its own worker process (JAX with huge pages, torch with "
-            "glibc's defaults, each its faster setting here); rounds alternate between them, "
+      note=("Each framework runs in its own worker process, both with the same glibc "
+            "tunables (glibc_tunables); rounds alternate between them, "
             "start with one untimed step (steady state), and each reports its best round. Walls on a 2-core machine (see load_avg_*). "
             "Model FLOPs count causal attention at its visible half; tokens/s is "
             "batch*length per step. Both sides start from different random weights; the "

@@ -11,6 +11,8 @@
 #   --config=PATH[:ARGS]  experiment config (required)        --workdir=DIR  (required)
 #   --fake-devices=N      XLA_FLAGS=--xla_force_host_platform_device_count=N and JAX_PLATFORMS=cpu
 #                         (N fake CPU devices per process)
+#                         CPU runs (this or --platform=cpu) also get GLIBC_TUNABLES that keep
+#                         freed memory in the heap, unless GLIBC_TUNABLES is already set
 #   --processes=P         P processes, each with JAX_COORDINATOR_ADDRESS=localhost:PORT,
 #                         JAX_NUM_PROCESSES=P, JAX_PROCESS_ID=i; waits for all and fails if any
 #                         fails (the others are then stopped: a peer would block in a collective)
@@ -81,6 +83,12 @@ elif [ "$platform" = cpu ]; then
   envs+=("JAX_PLATFORMS=cpu")
 fi
 [ "$platform" != gpu ] || envs+=("JAX_PLATFORMS=cuda")
+if [ -z "${GLIBC_TUNABLES:-}" ] && { [ -n "$fake_devices" ] || [ "$platform" = cpu ]; }; then
+  # CPU runs keep freed memory in the heap (one arena, no mmap, no trimming), so XLA's per-step
+  # temporaries are not faulted in again every step: ~10% per train step, see
+  # benchmarks/train_step.py. A GLIBC_TUNABLES of your own is left alone.
+  envs+=("GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736")
+fi
 
 if [ "$processes" -gt 1 ] && [ -z "$port" ]; then
   # A free port, so concurrent runs (parallel tests) do not collide; 12355 if Python can't say.

@@ -86,7 +86,7 @@ def write_exe(path, text):
 
 def bash(args, env=None, cwd=None, timeout=30):
   # Hermetic: none of the JAX / XLA / SLURM settings of the test process (conftest sets some).
-  full = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "SLURM_", "TPU_"))}
+  full = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "SLURM_", "TPU_", "GLIBC_"))}
   full.update(env or {})
   return subprocess.run(["bash", *map(str, args)], capture_output=True, text=True, env=full,
                         cwd=cwd, timeout=timeout)

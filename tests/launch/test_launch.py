@@ -81,6 +81,25 @@ def test_local_dry_run_processes_and_fake_devices():
     assert f"/tmp/w/logs/process_{i}.log" in tokens and tokens[-1] == "&"
 
 
+@pytest.mark.parametrize("args, user, expect", [
+    (["--platform=cpu"], None, "arena_max=1"),       # CPU: the heap-keeping malloc tunables
+    (["--fake-devices=2"], None, "arena_max=1"),
+    (["--platform=cpu"], "glibc.malloc.hugetlb=0", None),   # the user's own: left alone
+    (["--platform=gpu"], None, None),
+    ([], None, None),
+])
+def test_local_dry_run_sets_malloc_tunables_for_cpu_runs(args, user, expect):
+  env = {"PYTHON": "python"} | ({"GLIBC_TUNABLES": user} if user else {})
+  result = fk.bash([LAUNCH / "local.sh", "--dry-run", *args, f"--config={CONFIG}", "--workdir=/tmp/w"],
+                   env=env)
+  assert result.returncode == 0, result.stderr
+  printed, _ = fk.split_env(fk.cmd_lines(result.stdout)[0])
+  if expect:
+    assert expect in printed["GLIBC_TUNABLES"] and "mmap_max=0" in printed["GLIBC_TUNABLES"]
+  else:
+    assert "GLIBC_TUNABLES" not in printed
+
+
 def test_local_dry_run_gpu_processes_get_one_device_each():
   result = fk.bash([LAUNCH / "local.sh", "--dry-run", "--platform=gpu", "--processes=2",
                   f"--config={CONFIG}", "--workdir=gs://bucket/run"])
