@@ -98,13 +98,8 @@ fi
 
 train=("$python_bin" -m agent_rl.train "--config=$config" "--workdir=$workdir" ${extra[@]+"${extra[@]}"})
 
-show() {  # the arguments as one shell-quoted line (single quotes: readable and copy-pastable)
-  local out="" a q="'\\''"
-  for a in "$@"; do
-    if [[ $a =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then out+=" $a"; else out+=" '${a//\'/$q}'"; fi
-  done
-  printf '%s' "${out# }"
-}
+# shellcheck source=SCRIPTDIR/quote.sh disable=SC1091  # quote.sh is checked on its own
+source "$(dirname "${BASH_SOURCE[0]}")/quote.sh"   # show: print a command shell-quoted
 
 if [ "$processes" -eq 1 ]; then
   echo "+ env $(show ${envs[@]+"${envs[@]}"} "${train[@]}")"

@@ -112,13 +112,8 @@ where=()
 ssh_flags=(--worker=all)
 [ "$internal_ip" -eq 0 ] || ssh_flags+=(--internal-ip)
 
-show() {  # the arguments as one shell-quoted line (single quotes: readable and copy-pastable)
-  local out="" a q="'\\''"
-  for a in "$@"; do
-    if [[ $a =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then out+=" $a"; else out+=" '${a//\'/$q}'"; fi
-  done
-  printf '%s' "${out# }"
-}
+# shellcheck source=SCRIPTDIR/quote.sh disable=SC1091  # quote.sh is checked on its own
+source "$(dirname "${BASH_SOURCE[0]}")/quote.sh"   # show: print a command shell-quoted
 run() {  # print, then run unless --dry-run
   echo "+ $(show "$@")"
   [ "$dry_run" -eq 1 ] || "$@"

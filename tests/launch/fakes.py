@@ -14,7 +14,7 @@ import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 LAUNCH = REPO / "launch"
-SCRIPTS = ["local.sh", "tpu_pod.sh", "slurm_gpu.sbatch"]
+SCRIPTS = ["local.sh", "tpu_pod.sh", "slurm_gpu.sbatch", "quote.sh"]
 ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 CONFIG = "configs/ragen_sokoban.py:tiny,ppo"

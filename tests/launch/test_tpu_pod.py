@@ -26,6 +26,7 @@ def pod(tmp_path):
   repo = tmp_path / "repo"
   (repo / "launch").mkdir(parents=True)
   shutil.copy(LAUNCH / "tpu_pod.sh", repo / "launch")
+  shutil.copy(LAUNCH / "quote.sh", repo / "launch")
   shutil.copy(LAUNCH / "install.sh", repo / "launch")
   shutil.copy(REPO / "requirements.txt", repo)
   for rel in ["agent_rl/__init__.py", "configs/exp.py", ".git/HEAD", ".venv/bin/python",
