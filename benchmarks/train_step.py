@@ -6,7 +6,11 @@ The step is the learner's own: `agent_rl.train.step.make_train_step` over the SF
 does. The peer is `transformers.Qwen2ForCausalLM` of the same config, loss from `labels`,
 `torch.optim.AdamW`, on CPU with `torch.set_num_threads(2)`. Model: hidden 512, 8 layers,
 8 heads, 4 KV heads (head_dim 64), intermediate 2048, vocab 8192, untied head, q/k/v biases;
-batch 8 x 512 tokens, float32.
+batch 8 x 512 tokens, float32 (the issue's comparison). `--dtype bfloat16` runs mixed precision
+on both sides instead: our model with compute dtype bf16 over float32 master weights
+(`agent_rl.models.dense`: bf16 GEMM operands, f32 accumulation), torch under
+`torch.autocast("cpu", torch.bfloat16)`; peaks are then bf16 GEMMs (bf16 -> f32 `jnp.dot`,
+bf16 `torch.mm`).
 
 Achieved FLOP/s counts model FLOPs: 3 x forward, forward = 2 x (matmul params incl. the
 head) per token + causal attention (QK^T and PV over the L(L+1)/2 visible pairs). Peaks are
@@ -34,13 +38,16 @@ steady state after one step. Measured per step (JAX / torch 2.13): defaults 5.3 
 `hugetlb=1` 4.8-4.9 / -, these tunables 4.2-4.4 / 4.1-4.2 s. Use the same for CPU training
 (`launch/local.sh` sets them).
 
-  python benchmarks/train_step.py [--quick] [--rounds 3] [--steps 3]
+  python benchmarks/train_step.py [--quick] [--rounds 3] [--steps 3] [--dtype bfloat16]
 
-Writes benchmarks/results/train_step.json (or --out) and prints it.
+Writes benchmarks/results/train_step.json (train_step_bf16.json with --dtype bfloat16; or
+--out) and prints it.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -94,9 +101,10 @@ def _timed(fn):
   return time.perf_counter() - t0, time.process_time() - c0
 
 
-def jax_step(tokens: np.ndarray):
-  """Returns `run(n)`: n donated train steps of our learner's SFT step."""
-  model = ActorCritic(CFG, rngs=nnx.Rngs(0))
+def jax_step(tokens: np.ndarray, dtype: str = "float32"):
+  """Returns `run(n)`: n donated train steps of our learner's SFT step (compute `dtype`,
+  float32 parameters)."""
+  model = ActorCritic(dataclasses.replace(CFG, dtype=dtype), rngs=nnx.Rngs(0))
   graphdef, params = nnx.split(model)
   optimizer = optax.adamw(LR, weight_decay=WEIGHT_DECAY)
   step_fn = jax.jit(make_train_step(make_sft_loss(make_apply(graphdef)), optimizer),
@@ -119,7 +127,8 @@ def jax_step(tokens: np.ndarray):
   return run, losses
 
 
-def torch_step(tokens: np.ndarray):
+def torch_step(tokens: np.ndarray, dtype: str = "float32"):
+  """`run(n)` of the peer's step; bfloat16 = the forward under CPU autocast (float32 weights)."""
   import torch
   import transformers
   torch.manual_seed(0)
@@ -128,9 +137,15 @@ def torch_step(tokens: np.ndarray):
   ids = torch.tensor(tokens, dtype=torch.long)
   losses = []
 
+  def autocast():
+    if dtype == "float32":
+      return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype=getattr(torch, dtype))
+
   def run(n):
     for _ in range(n):
-      loss = model(input_ids=ids, labels=ids).loss  # shifted next-token NLL, mean over tokens
+      with autocast():
+        loss = model(input_ids=ids, labels=ids).loss  # shifted next-token NLL, mean over tokens
       loss.backward()
       opt.step()
       opt.zero_grad(set_to_none=True)
@@ -139,19 +154,21 @@ def torch_step(tokens: np.ndarray):
   return run, losses
 
 
-def matmul_peak(framework: str, n: int):
-  """`run()` of a float32 [n,n] x [n,n] matmul (jitted `jnp.dot` or `torch.mm`); FLOPs per call."""
+def matmul_peak(framework: str, n: int, dtype: str = "float32"):
+  """`run()` of an [n,n] x [n,n] matmul in `dtype` (jitted `jnp.dot`, accumulating in float32,
+  or `torch.mm`); FLOPs per call."""
   if framework == "jax":
-    a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
-    b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32)
-    dot = jax.jit(lambda a, b: jnp.dot(a, b, precision="highest"))
+    a = jax.random.normal(jax.random.key(1), (n, n), dtype)
+    b = jax.random.normal(jax.random.key(2), (n, n), dtype)
+    dot = jax.jit(lambda a, b: jnp.dot(a, b, precision="highest",
+                                       preferred_element_type=jnp.float32))
     return (lambda: dot(a, b).block_until_ready()), 2.0 * n ** 3
   import torch
-  ta, tb = torch.randn(n, n), torch.randn(n, n)
+  ta, tb = (torch.randn(n, n, dtype=getattr(torch, dtype)) for _ in range(2))
   return (lambda: torch.mm(ta, tb)), 2.0 * n ** 3
 
 
-def worker(framework: str, matmul_n: int):
+def worker(framework: str, matmul_n: int, dtype: str):
   """One framework in its own process, driven over stdin/stdout by `main` (one JSON per line).
 
   Commands: `steps N` (one untimed step, then N timed steps), `peak` (one timed peak
@@ -160,9 +177,9 @@ def worker(framework: str, matmul_n: int):
   import torch
   torch.set_num_threads(2)
   tokens = np.random.default_rng(0).integers(0, CFG.vocab_size, (BATCH, LENGTH)).astype(np.int32)
-  run, losses = (jax_step if framework == "jax" else torch_step)(tokens)
+  run, losses = (jax_step if framework == "jax" else torch_step)(tokens, dtype)
   first = _timed(lambda: run(1))[0]
-  peak, peak_flops = matmul_peak(framework, matmul_n)
+  peak, peak_flops = matmul_peak(framework, matmul_n, dtype)
   peak()
   info = dict(first_step_seconds=first, peak_flops_per_call=peak_flops,
               threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads(),
@@ -183,10 +200,11 @@ def worker(framework: str, matmul_n: int):
 
 
 class _Worker:
-  def __init__(self, framework: str, matmul_n: int, tunables: str):
+  def __init__(self, framework: str, matmul_n: int, tunables: str, dtype: str):
     env = dict(os.environ, GLIBC_TUNABLES=tunables)
     self.proc = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--worker", framework, "--matmul", str(matmul_n)],
+        [sys.executable, os.path.abspath(__file__), "--worker", framework, "--matmul", str(matmul_n),
+         "--dtype", dtype],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     self.info = self._reply()
 
@@ -214,21 +232,23 @@ def main():
   ap.add_argument("--steps", type=int, default=3, help="train steps per timed round")
   ap.add_argument("--matmul", type=int, default=4096, help="n of the n x n peak matmul")
   ap.add_argument("--malloc", default=MALLOC_TUNABLES, help="GLIBC_TUNABLES of both workers")
+  ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                  help="compute dtype of both steps (bfloat16: mixed precision, f32 weights)")
   ap.add_argument("--worker", choices=("jax", "torch"), help=argparse.SUPPRESS)
   ap.add_argument("--out", default=None)
   args = ap.parse_args()
   if args.worker:
-    return worker(args.worker, args.matmul)
+    return worker(args.worker, args.matmul, args.dtype)
   if args.quick:
     args.rounds, args.steps, args.matmul = 2, 1, 2048
-  out = args.out or os.path.join(os.path.dirname(__file__), "results",
-                                 "train_step_quick.json" if args.quick else "train_step.json")
+  name = "train_step" + ("_bf16" if args.dtype == "bfloat16" else "") + ("_quick" if args.quick else "")
+  out = args.out or os.path.join(os.path.dirname(__file__), "results", name + ".json")
 
   import transformers
   flops = model_flops(CFG, BATCH, LENGTH)
   load_start = os.getloadavg()
   # One process per framework, driven in turns (see the module docstring).
-  workers = {name: _Worker(name, args.matmul, args.malloc) for name in ("jax", "torch")}
+  workers = {name: _Worker(name, args.matmul, args.malloc, args.dtype) for name in ("jax", "torch")}
   walls = {k: [] for k in ("jax", "torch", "jax_matmul", "torch_matmul")}
   cpus = {k: [] for k in walls}
   losses = {"jax": [], "torch": []}
@@ -256,7 +276,7 @@ def main():
   results = dict(
       benchmark="train_step", model=dict(HF_CONFIG, head_dim=CFG.head_dim, qkv_bias=True),
       batch=BATCH, length=LENGTH, optimizer=dict(name="adamw", lr=LR, weight_decay=WEIGHT_DECAY),
-      dtype="float32", rounds=args.rounds, steps_per_round=args.steps, matmul_n=args.matmul,
+      dtype=args.dtype, rounds=args.rounds, steps_per_round=args.steps, matmul_n=args.matmul,
       model_flops_per_step=flops, torch_threads=ti["threads"],
       torch_interop_threads=ti["interop_threads"],
       glibc_tunables=dict(jax=ji["glibc_tunables"], torch=ti["glibc_tunables"]),
@@ -274,7 +294,9 @@ def main():
       jax_matmul_peak_flops_per_s=jax_peak, torch_matmul_peak_flops_per_s=torch_peak,
       jax_fraction_of_jax_peak=jax_fs / jax_peak, torch_fraction_of_torch_peak=torch_fs / torch_peak,
       jax_losses=losses["jax"], torch_losses=losses["torch"], load_avg_end=os.getloadavg(),
-      targets=dict(speedup_vs_torch=">1", jax_fraction_of_jax_peak=">=0.60"),
+      targets=(dict(speedup_vs_torch=">1", jax_fraction_of_jax_peak=">=0.60")
+               if args.dtype == "float32" else
+               "none (the issue's targets are float32); peaks here are bf16 GEMMs"),
       note=("Each framework runs in its own worker process, both with the same glibc "
             "tunables (glibc_tunables); rounds alternate between them, "
             "start with one untimed step (steady state), and each reports its best round. Walls on a 2-core machine (see load_avg_*). "

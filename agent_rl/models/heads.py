@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from agent_rl.models.dense import dense
 from agent_rl.models.layers import make_param
 
 
@@ -26,8 +27,7 @@ class _ScalarHead(nnx.Module):
 
   def _project(self, hidden: jax.Array) -> jax.Array:
     """hidden: [..., E] -> [...] float32."""
-    w = self.kernel[...].astype(self.dtype)
-    y = jnp.matmul(hidden.astype(self.dtype), w, preferred_element_type=jnp.float32)
+    y = dense(hidden.astype(self.dtype), self.kernel[...], out_dtype=jnp.float32)
     return y[..., 0] + self.bias[...].astype(jnp.float32)[0]
 
 

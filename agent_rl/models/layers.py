@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from agent_rl.models.dense import dense
+
 Initializer = Callable[..., jax.Array]
 
 
@@ -73,10 +75,10 @@ class MLP(nnx.Module):
 
   def __call__(self, x: jax.Array) -> jax.Array:
     """x: [..., E] -> [..., E]."""
-    dt = self.dtype
-    g = x @ self.gate[...].astype(dt)
-    u = x @ self.up[...].astype(dt)
-    return (jax.nn.silu(g) * u) @ self.down[...].astype(dt)
+    x = x.astype(self.dtype)
+    g = dense(x, self.gate[...])
+    u = dense(x, self.up[...])
+    return dense(jax.nn.silu(g) * u, self.down[...])
 
 
 def rope_cos_sin(positions: jax.Array, inv_freq) -> tuple[jax.Array, jax.Array]:

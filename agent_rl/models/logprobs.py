@@ -13,6 +13,8 @@ from typing import Tuple, Union
 import jax
 import jax.numpy as jnp
 
+from agent_rl.models.dense import dense
+
 
 def token_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
   """logits: [..., V], targets: [...] int -> log p(targets) [...] float32."""
@@ -60,12 +62,12 @@ def logprobs_from_hidden(hidden: jax.Array, head_weight: jax.Array, targets: jax
   t = jnp.pad(targets.astype(jnp.int32), ((0, 0), (0, pad)))
   h = h.reshape(b, n, chunk, e).swapaxes(0, 1)  # [n, B, C, E]
   t = t.reshape(b, n, chunk).swapaxes(0, 1)  # [n, B, C]
-  w = head_weight.astype(hidden.dtype)
+  w = head_weight  # cast to hidden's dtype inside `dense`
   inv_t = 1.0 / temperature
 
   @jax.checkpoint
   def one(hc, tc):
-    z = jnp.matmul(hc, w, preferred_element_type=jnp.float32) * inv_t  # [B, C, V]
+    z = dense(hc, w, out_dtype=jnp.float32) * inv_t  # [B, C, V]
     lp = token_logprobs(z, tc)
     ent = token_entropy(z) if with_entropy else jnp.zeros_like(lp)
     return lp, ent

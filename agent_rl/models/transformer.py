@@ -17,6 +17,7 @@ from flax import nnx
 from agent_rl.models.attention import Attention, mask_to_bias
 from agent_rl.models.cache import KVCache
 from agent_rl.models.config import ModelConfig, rope_inv_freq
+from agent_rl.models.dense import dense
 from agent_rl.models.layers import MLP, Embed, RMSNorm, dense_init, make_param, rope_cos_sin
 from agent_rl.parallel.rules import constrain
 
@@ -56,9 +57,7 @@ class Transformer(nnx.Module):
 
   def logits(self, hidden: jax.Array) -> jax.Array:
     """hidden: [..., E] -> float32 logits [..., V] (one 2-D GEMM over the flattened rows)."""
-    w = self.head_weight().astype(hidden.dtype)
-    y = jnp.matmul(hidden.reshape(-1, hidden.shape[-1]), w, preferred_element_type=jnp.float32)
-    return y.reshape(*hidden.shape[:-1], w.shape[-1])
+    return dense(hidden, self.head_weight(), out_dtype=jnp.float32)
 
   def _rope(self, positions):
     return rope_cos_sin(positions, rope_inv_freq(self.cfg))

@@ -18,6 +18,9 @@ def base_config() -> mlc.ConfigDict:
       preset="tiny",
       # Overrides of the preset (0 / "" keep the preset's value).
       hidden=0, num_layers=0, num_heads=0, num_kv_heads=0, intermediate=0,
+      # Compute / stored dtypes ("" keeps the preset's; float32 | bfloat16 | float16). Mixed
+      # precision = dtype "bfloat16" over param_dtype "float32" (see agent_rl.models.dense).
+      dtype="", param_dtype="",
       init_from="",  # a HF safetensors dir or an agent_rl checkpoint dir ("" = random init)
       critic="none",  # none | shared (value head on the policy trunk) | separate
   ))
@@ -84,6 +87,9 @@ def validate(c: mlc.ConfigDict) -> None:
        f"unknown preset {c.model.preset!r}; known: {', '.join(sorted(PRESETS))}")
   need(c.model.critic in ("none", "shared", "separate"), "model.critic",
        f"must be none|shared|separate, got {c.model.critic!r}")
+  for f in ("dtype", "param_dtype"):
+    need(c.model[f] in ("", "float32", "bfloat16", "float16"), f"model.{f}",
+         f"must be float32|bfloat16|float16 (or '' for the preset's), got {c.model[f]!r}")
   need(c.env.name in envs.ENVS, "env.name",
        f"unknown environment {c.env.name!r}; known: {', '.join(envs.ENVS.names())}")
   need(c.credit.name in credit.CREDIT, "credit.name",

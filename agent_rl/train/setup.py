@@ -79,9 +79,11 @@ def build(c: mlc.ConfigDict, workdir: str) -> Setup:
 
 
 def model_config(c: mlc.ConfigDict, vocab_size: int) -> models.ModelConfig:
-  """The preset of `config.model` with its non-zero size overrides and the tokenizer's vocab."""
+  """The preset of `config.model` with its non-zero size / non-empty dtype overrides and the
+  tokenizer's vocab."""
   over = {k: int(c.model[k]) for k in ("hidden", "num_layers", "num_heads", "num_kv_heads",
                                        "intermediate") if c.model[k]}
   if "hidden" in over and "num_heads" in over:
     over["head_dim"] = over["hidden"] // over["num_heads"]
+  over.update({k: c.model[k] for k in ("dtype", "param_dtype") if c.model.get(k)})
   return models.get_preset(c.model.preset, vocab_size=vocab_size, **over)

@@ -32,6 +32,8 @@ def test_base_config_is_valid():
     ("optim.lr", 0.0, "optim.lr"),
     ("optim.schedule", "linear", "optim.schedule"),
     ("model.critic", "twin", "model.critic"),
+    ("model.dtype", "fp8", "model.dtype"),
+    ("model.param_dtype", "float64", "model.param_dtype"),
 ])
 def test_bad_values_name_the_field(field, value, needle):
   with pytest.raises(ValueError, match=needle.replace(".", r"\.")):
@@ -42,3 +44,12 @@ def test_wrong_type_override_fails_with_field_name():
   c = base_config()
   with pytest.raises(TypeError, match="lr"):
     c.optim.lr = "fast"
+
+
+def test_model_dtype_overrides_reach_the_model_config():
+  from agent_rl.train.setup import model_config
+  c = _cfg(**{"model.dtype": "bfloat16", "model.param_dtype": "float32"})
+  validate(c)
+  m = model_config(c, vocab_size=64)
+  assert (m.dtype, m.param_dtype) == ("bfloat16", "float32")
+  assert model_config(base_config(), vocab_size=64).dtype == "float32"
