@@ -46,6 +46,19 @@ def _softmax(scores: jax.Array, bias: jax.Array) -> jax.Array:
   return e / jnp.sum(e, axis=-1, keepdims=True)
 
 
+def _scores(q: jax.Array, k_cache: jax.Array, spec: str) -> jax.Array:
+  """float32 scores q . k against the cache's [B,K,D,S] keys.
+
+  XLA:CPU (jax 0.10) cannot run a bf16 x bf16 -> f32 dot that YNNPACK does not take, and the
+  cache layout is one ("Unsupported element type for DotThunk::Execute: BF16 x BF16 = F32",
+  seen in a bf16 rollout); there the operands go to float32 first, as XLA's own upcaster does
+  for the dots it recognizes. Elsewhere bf16 operands accumulate in float32 as they are.
+  """
+  if q.dtype != jnp.float32 and jax.default_backend() == "cpu":
+    q, k_cache = q.astype(jnp.float32), k_cache.astype(jnp.float32)
+  return jnp.einsum(spec, q, k_cache, preferred_element_type=jnp.float32)
+
+
 @jax.custom_vjp
 def attention_core(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array) -> jax.Array:
   """softmax(q k^T + bias) v per KV head and query group.
@@ -166,7 +179,7 @@ class Attention(nnx.Module):
     v_cache = jax.lax.dynamic_update_slice(
         v_cache, jnp.transpose(v, (0, 2, 1, 3)).astype(v_cache.dtype), (zero, zero, index, zero))
     kc, vc = k_cache.astype(self.dtype), v_cache.astype(self.dtype)
-    s = jnp.einsum("blkgd,bkds->bkgls", q, kc, preferred_element_type=jnp.float32)
+    s = _scores(q, kc, "blkgd,bkds->bkgls")
     p = _softmax(s, bias).astype(self.dtype)
     y = jnp.einsum("bkgls,bksd->blkgd", p, vc)
     return self._out(y.reshape(*y.shape[:2], -1, self.head_dim)), k_cache, v_cache
@@ -180,7 +193,7 @@ class Attention(nnx.Module):
     v_cache = jax.lax.dynamic_update_slice(
         v_cache, v[:, :, None, :].astype(v_cache.dtype), (zero, zero, index, zero))
     kc, vc = k_cache.astype(self.dtype), v_cache.astype(self.dtype)
-    s = jnp.einsum("bkgd,bkds->bkgs", q, kc, preferred_element_type=jnp.float32) + bias
+    s = _scores(q, kc, "bkgd,bkds->bkgs") + bias
     e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
     # Normalized after p @ V: one pass over [B,KVH,G,D] instead of [B,KVH,G,S] (and one op
     # fewer per layer and step, which is what decode time is made of at these sizes).

@@ -72,3 +72,32 @@ def test_generate_matches_full_forward_reference(small_model, padding):
           z = last / temperature
           ref = z[tok] - z.max() - np.log(np.exp(z - z.max()).sum())
           np.testing.assert_allclose(float(lps[row, t]), ref, atol=1e-4)
+
+
+def test_bfloat16_cache_paths_run_and_track_float32():
+  """bf16 compute through prefill (a second block appended to the cache) and decode.
+
+  Regression: XLA:CPU raised "Unsupported element type for DotThunk::Execute: BF16 x BF16 =
+  F32" on the cache's score product in a bf16 rollout (see `attention._scores`).
+  """
+  import dataclasses
+  from flax import nnx
+  from agent_rl.models import ModelConfig, Transformer, decode_step, init_cache, prefill
+  cfg = ModelConfig(vocab_size=97, hidden=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                    head_dim=8, intermediate=64)
+  out = {}
+  for dt in ("float32", "bfloat16"):
+    mcfg = dataclasses.replace(cfg, dtype=dt)
+    graphdef, state = nnx.split(Transformer(mcfg, rngs=nnx.Rngs(0)))
+    b, l = 3, 5
+    tok = jnp.arange(b * l, dtype=jnp.int32).reshape(b, l) % 97
+    pos = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (b, l))
+    valid = jnp.ones((b, l), bool)
+    cache = init_cache(mcfg, b, 3 * l, mcfg.compute_dtype)
+    _, _, cache = jax.jit(prefill)(graphdef, state, tok, pos, valid, cache)
+    logits, _, cache = jax.jit(prefill)(graphdef, state, tok, pos + l, valid, cache)
+    step, _, _ = jax.jit(decode_step)(graphdef, state, tok[:, 0], pos[:, 0] + 2 * l, cache)
+    out[dt] = (np.asarray(logits, np.float32), np.asarray(step, np.float32))
+  for a, b_ in zip(out["float32"], out["bfloat16"]):
+    assert np.isfinite(b_).all()
+    np.testing.assert_allclose(b_, a, atol=0.1)
