@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional
 import jax.numpy as jnp
 import numpy as np
 
-_DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,8 +123,8 @@ class ModelConfig:
         name = jnp.dtype(v).name
       except TypeError:
         name = None
-      if name not in _DTYPES:
-        raise ValueError(f"ModelConfig.{f} must be one of {_DTYPES}, got {v!r}")
+      if name not in DTYPES:
+        raise ValueError(f"ModelConfig.{f} must be one of {DTYPES}, got {v!r}")
       object.__setattr__(self, f, name)
 
   @property

@@ -78,6 +78,7 @@ def validate(c: mlc.ConfigDict) -> None:
   """Checks values and registry names; raises ValueError naming the field."""
   from agent_rl import credit, envs, losses  # noqa: registries
   from agent_rl.models import PRESETS
+  from agent_rl.models.config import DTYPES
 
   def need(cond: bool, field: str, msg: str) -> None:
     if not cond:
@@ -88,8 +89,8 @@ def validate(c: mlc.ConfigDict) -> None:
   need(c.model.critic in ("none", "shared", "separate"), "model.critic",
        f"must be none|shared|separate, got {c.model.critic!r}")
   for f in ("dtype", "param_dtype"):
-    need(c.model[f] in ("", "float32", "bfloat16", "float16"), f"model.{f}",
-         f"must be float32|bfloat16|float16 (or '' for the preset's), got {c.model[f]!r}")
+    need(c.model[f] in ("", *DTYPES), f"model.{f}",
+         f"must be one of {'|'.join(DTYPES)} (or '' for the preset's), got {c.model[f]!r}")
   need(c.env.name in envs.ENVS, "env.name",
        f"unknown environment {c.env.name!r}; known: {', '.join(envs.ENVS.names())}")
   need(c.credit.name in credit.CREDIT, "credit.name",
