@@ -106,3 +106,13 @@ def test_model_gradients_do_not_depend_on_query_chunks(small_config, monkeypatch
   other = grads()
   for a, b in zip(jax.tree.leaves(base), jax.tree.leaves(other)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=2e-5)
+
+
+def test_contract_rows_matches_numpy():
+  """dV/dK's product a^T b over the query rows (a transposed GEMM with barriers on CPU)."""
+  ks = jax.random.split(jax.random.key(4), 2)
+  a = jax.random.normal(ks[0], (B, K, R * G, S))
+  b = jax.random.normal(ks[1], (B, K, R * G, D))
+  ref = np.einsum("bkqs,bkqd->bksd", np.asarray(a, np.float64), np.asarray(b, np.float64))
+  np.testing.assert_allclose(np.asarray(jax.jit(attention._contract_rows)(a, b)), ref,
+                             rtol=1e-5, atol=1e-5)
