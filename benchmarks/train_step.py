@@ -31,14 +31,15 @@ training, do not pay it.
 Allocator: both workers run with `GLIBC_TUNABLES=` `MALLOC_TUNABLES` below (`--malloc ""` for
 glibc's defaults). A third worker runs torch with glibc's defaults, as torch runs out of the
 box (`speedup_vs_torch_default_malloc`; `--no-default-peer` skips it); `speedup_vs_torch`, the
-ratio with the same settings on both sides, is the one the target is judged by. glibc otherwise gives each large buffer its own mmap and unmaps it on free,
-so every step faults its temporaries in again: ~860 k minor faults and 1.3 s of system time
-per JAX step here (1.8 k huge-page faults, 0.6 s with `hugetlb=1` alone), and torch's faults
-shrink only as glibc's mmap threshold adapts (800 k -> 270 k over four steps). One arena, no
-mmap and no trimming keep the freed memory in the heap for the next step: 0 faults, and
-steady state after one step. Measured per step (JAX / torch 2.13): defaults 5.3 / 4.2-5.0 s,
-`hugetlb=1` 4.8-4.9 / -, these tunables 4.2-4.4 / 4.1-4.2 s. Use the same for CPU training
-(`launch/local.sh` sets them).
+ratio with the same settings on both sides, is the one the target is judged by. glibc
+otherwise gives each large buffer its own mmap and unmaps it on free, so every step faults its
+temporaries in again: ~860 k minor faults and 1.3 s of system time per JAX step here (1.8 k
+huge-page faults, 0.6 s with `hugetlb=1` alone), and torch's faults shrink only as glibc's
+mmap threshold adapts (800 k -> 270 k over four steps). One arena, no mmap and no trimming
+keep the freed memory in the heap for the next step: 0 faults, and steady state after one
+step. Measured per step (JAX / torch 2.13): defaults 5.3 / 4.2-5.0 s, `hugetlb=1` 4.8-4.9 / -,
+these tunables 4.2-4.4 / 4.1-4.2 s. Use the same for CPU training (`launch/local.sh` sets
+them).
 
   python benchmarks/train_step.py [--quick] [--rounds 5] [--steps 3] [--dtype bfloat16]
 

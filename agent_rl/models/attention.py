@@ -13,7 +13,8 @@ gradient flows through the max shift (autodiff routed one through an argmax mask
 2-core CPU this cut the attention core's forward + backward per layer from 136 ms to 81 ms.
 The core merges each KV head's query rows (r, g) into one axis, so that every product is a
 plain batched GEMM with one contracting dim (see `_contract_rows` for the two that contract
-the rows): 89 -> 70 ms per layer of the benchmark model, and -5.7% for the whole train step.
+the rows): 89 -> 70 ms per layer of the benchmark model, and 3-6% off the whole train step
+(paired in one process).
 """
 from __future__ import annotations
 
