@@ -6,7 +6,8 @@ into the function and fails loudly, listing what exists, when the name is unknow
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, Optional
+import inspect
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional
 
 
 class Registry:
@@ -43,6 +44,29 @@ class Registry:
   def names(self) -> list[str]:
     return sorted(self._entries)
 
+  def keyword_params(self, name: str, supplied: Iterable[str] = ()) -> Optional[list[str]]:
+    """The keyword arguments a config may set for `name` (None: it takes any, `**kwargs`).
+
+    `supplied` are the arguments the caller passes itself (a loss's `loss_agg_mode`, an env's
+    `tokenizer`); they are not the config's to set.
+    """
+    names = keyword_params(self.get(name))
+    return None if names is None else sorted(set(names) - set(supplied))
+
+  def check_kwargs(self, name: str, kwargs: Mapping[str, Any], field: str,
+                   supplied: Iterable[str] = ()) -> None:
+    """Raises ValueError naming `field`, the function and what it takes if `kwargs` holds a
+    keyword `name`'s function does not take (or one the caller supplies itself)."""
+    supplied = set(supplied)
+    taken = self.keyword_params(name, supplied)
+    bad = sorted(k for k in kwargs if k in supplied or (taken is not None and k not in taken))
+    if bad:
+      owned = sorted(supplied & set(bad))
+      note = f" ({', '.join(owned)}: set by the caller, not the config)" if owned else ""
+      takes = "any other" if taken is None else ", ".join(taken) or "(none)"
+      raise ValueError(f"{field}: {self.kind} {name!r} takes no keyword {', '.join(map(repr, bad))}"
+                       f"{note}; it takes: {takes}")
+
   def __contains__(self, name: str) -> bool:
     return name in self._entries
 
@@ -51,3 +75,21 @@ class Registry:
 
   def __len__(self) -> int:
     return len(self._entries)
+
+
+def keyword_params(fn: Any) -> Optional[list[str]]:
+  """Names of the parameters of `fn` a caller may set by keyword: keyword-only ones and
+  positional ones with a default (a positional parameter without one is the call's input:
+  `batch`, `logprobs`). None if `fn` takes `**kwargs`. An object may define
+  `keyword_params()` itself (a rollout strategy: the union of its two hooks')."""
+  own = getattr(fn, "keyword_params", None)
+  if callable(own):
+    return own()
+  out = []
+  for p in inspect.signature(fn).parameters.values():
+    if p.kind is p.VAR_KEYWORD:
+      return None
+    if p.kind is p.KEYWORD_ONLY or (
+        p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty):
+      out.append(p.name)
+  return out

@@ -1,5 +1,8 @@
-"""`python -m agent_rl.report WORKDIR`: learning-curve PNG and markdown summary of a run."""
+"""`python -m agent_rl.report WORKDIR`: learning-curve PNG, markdown summary and sampled
+episodes of a run (WORKDIR may be gs://...)."""
 import sys
+
+from etils import epath
 
 from agent_rl.eval.report import write_report
 
@@ -8,7 +11,7 @@ def main(argv: list[str]) -> None:
   if len(argv) != 2:
     raise SystemExit("usage: python -m agent_rl.report WORKDIR")
   png, md = write_report(argv[1])
-  print(open(md).read())
+  print(epath.Path(md).read_text())
   print(f"wrote {png} and {md}")
 
 

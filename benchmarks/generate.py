@@ -1,4 +1,4 @@
-"""Benchmark: jitted KV-cache sampling (agent_rl.models.generate) vs `transformers` generate.
+"""Benchmark: the RL sampler (agent_rl.models.generate) vs `transformers` generate.
 
 Same Qwen2-architecture weights on both sides (a random HF model saved with save_pretrained
 and read back with `load_hf`), tiny-like config (hidden 256, 4 layers, 4 heads, 2 KV heads,
@@ -6,11 +6,15 @@ intermediate 1024, vocab 4096), prompt 128, 128 new tokens, prefill included, mu
 sampling at the same temperature. torch runs on CPU with 2 threads; XLA:CPU uses the same 2
 cores. Both sides compute the head only at the last prompt token (`transformers` passes
 `logits_to_keep=1`); ours also runs the last layer's attention output and MLP there alone
-(`prefill(..., rows=)`), and decodes over a cache grown in static blocks (`generate`). Also
-times a loop of the weight matmuls `generate` runs (same shapes, same step count) to say how
-much of our time is the matmul bound and how much is everything else.
+(`prefill(..., rows=)`), then the rollout's own token loop: `models.generate` is a thin
+driver over `models.sampler.decode_loop`, the very function `EpisodeLoop.act` calls (as
+`rollout.sampler.generate`), with per-row keys, the stop-token `while_loop`, behaviour and
+sample log-probs, and a fixed P + N cache (every sampled token is written to it, as a
+rollout's later turns need). So this measures the code path RL samples with. Also times a
+loop of the weight matmuls `generate` runs (same shapes, same step count) to say how much of
+our time is the matmul bound and how much is everything else.
 
-  python benchmarks/generate.py [--reps 2] [--batches 1,64]
+  python benchmarks/generate.py [--reps 2] [--batches 1,64] [--quick]
 
 Writes benchmarks/results/generate.json and prints it.
 """
@@ -30,7 +34,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from agent_rl.models import generate, load_hf  # noqa: E402
+from agent_rl.models import SamplerConfig, generate, load_hf  # noqa: E402
 
 PROMPT, NEW, TEMPERATURE = 128, 128, 1.0
 HF_CONFIG = dict(vocab_size=4096, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
@@ -58,7 +62,8 @@ def _matmul_loop(state, cfg, batch):
 
   Prefill: every layer's q/k/v on all B*P rows, the attention output and MLP on all rows in
   all but the last layer and on B rows (each row's last prompt token) in the last layer,
-  the head on B rows; then NEW-1 decode steps of B rows. Attention, norms, RoPE, the cache
+  the head on B rows; then NEW decode steps of B rows (the loop also writes the last
+  sampled token's K/V, as the rollout needs). Attention, norms, RoPE, the cache
   and sampling are left out: this is the floor the weight GEMMs alone set.
   """
   layers = [state["layers"][i] for i in range(cfg.num_layers)]
@@ -85,7 +90,7 @@ def _matmul_loop(state, cfg, batch):
   @jax.jit
   def run(x_prefill):
     x = block(x_prefill, batch)
-    return jax.lax.fori_loop(0, NEW - 1, lambda i, h: block(h, batch), x)
+    return jax.lax.fori_loop(0, NEW, lambda i, h: block(h, batch), x)
 
   xp = jnp.ones((batch * PROMPT, e), jnp.float32) * 1e-3
   return lambda: run(xp).block_until_ready()
@@ -95,9 +100,13 @@ def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--reps", type=int, default=2)
   ap.add_argument("--batches", default="1,64")
+  ap.add_argument("--quick", action="store_true", help="one batch of 8, one rep (a smoke run)")
   ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
                                                 "generate.json"))
   args = ap.parse_args()
+  if args.quick:
+    args.batches, args.reps = "8", 1
+  sampler = SamplerConfig(temperature=TEMPERATURE, max_tokens=NEW)
 
   import torch
   import transformers
@@ -116,6 +125,8 @@ def main():
 
   results = dict(benchmark="generate", config=HF_CONFIG, prompt=PROMPT, new_tokens=NEW,
                  temperature=TEMPERATURE, reps=args.reps, torch_threads=2,
+                 code_path="models.generate: prefill(rows=) + models.sampler.decode_loop "
+                           "(= rollout.sampler.generate, what EpisodeLoop.act calls)",
                  cpu_count=os.cpu_count(), load_avg_start=os.getloadavg(),
                  versions=dict(jax=jax.__version__, torch=torch.__version__,
                                transformers=transformers.__version__,
@@ -128,7 +139,7 @@ def main():
     key = jax.random.key(0)
 
     def ours():
-      toks, lps = generate(graphdef, state, jnp.asarray(prompt), pvalid, key, NEW, TEMPERATURE)
+      toks = generate(graphdef, state, jnp.asarray(prompt), pvalid, key, sampler).tokens
       toks.block_until_ready()
       return toks
 

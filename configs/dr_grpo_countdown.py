@@ -14,9 +14,11 @@ Qwen2.5-Math-scale results on math benchmarks; not reproduced here.
 """
 from agent_rl.train.config import scaled_config
 
+VARIANTS = dict(dapo=False)
+
 
 def get_config(arg: str | None = None):
-  c, args = scaled_config(arg)
+  c, args = scaled_config(arg, VARIANTS)
   c.env.name = "countdown"
   c.env.kwargs.min_numbers = 3
   c.env.kwargs.max_numbers = 3

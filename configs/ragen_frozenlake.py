@@ -10,9 +10,11 @@ iterations (slippery maps cap success well below 1). full — RAGEN reports ~0.2
 """
 from agent_rl.train.config import scaled_config
 
+VARIANTS = dict(ppo=False, tsr=False)
+
 
 def get_config(arg: str | None = None):
-  c, args = scaled_config(arg)
+  c, args = scaled_config(arg, VARIANTS)
   c.env.name = "frozenlake"
   c.env.kwargs.size = 4
   c.env.kwargs.is_slippery = True

@@ -21,9 +21,11 @@ Expected results:
 """
 from agent_rl.train.config import scaled_config
 
+VARIANTS = dict(ppo=False, starpo_s=False, kl=False, kl_reward=False)
+
 
 def get_config(arg: str | None = None):
-  c, args = scaled_config(arg)
+  c, args = scaled_config(arg, VARIANTS)
   c.env.name = "sokoban"
   c.env.kwargs.dim_room = (6, 6)
   c.env.kwargs.num_boxes = 1

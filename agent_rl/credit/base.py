@@ -4,25 +4,48 @@ A credit kernel is a pure, jittable function
 
     credit = kernel(batch: EpisodeBatch, **hparams) -> Credit
 
-registered by name (`agent_rl.credit.get("gigpo")`). Turn-aware kernels return turn-level
+registered by name (`agent_rl.credit.get("gigpo")`) with a declaration of the inputs it needs
+beyond the always-present batch fields (`Needs`, credit/needs.py; checked at start-up by
+`credit.check_inputs`). Turn-aware kernels return turn-level
 advantages `[N, T]`, which the loss broadcasts to tokens through `turn_index` inside the
 jitted step (the `[N, L]` array need not be materialized); token-level estimators (GAE,
 verl's outcome estimators) return `[N, L]`.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
+from agent_rl.credit.needs import NEEDS, Needs
 from agent_rl.registry import Registry
 
 CREDIT = Registry("credit kernel")
-register = CREDIT.register
 get = CREDIT.get
 names = CREDIT.names
+
+
+def register(name: str, obj: Optional[Any] = None, *,
+             needs: Needs = Needs()) -> Callable[[Any], Any] | Any:
+  """Registers a kernel under `name` with its `Needs` (default: nothing beyond the fields
+  every env provides); usable as a decorator when `obj` is None."""
+  if not isinstance(needs, Needs):
+    raise TypeError(f"credit kernel {name!r}: needs= must be a Needs, got {type(needs).__name__}")
+
+  def _add(o: Any) -> Any:
+    CREDIT.register(name, o)
+    NEEDS[name] = needs
+    return o
+
+  return _add if obj is None else _add(obj)
+
+
+def needs_of(name: str) -> Needs:
+  """The declared `Needs` of a registered kernel (KeyError listing the known ones)."""
+  get(name)
+  return NEEDS[name]
 
 
 @struct.dataclass

@@ -7,12 +7,11 @@ with an LLM judge) is computed upstream on the prefix before f; this kernel take
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import jax
 import jax.numpy as jnp
 
 from agent_rl.credit.base import Credit, register
+from agent_rl.credit.needs import Needs, episode_extra
 from agent_rl.credit.gigpo import normalize
 from agent_rl.credit.segments import group_stats
 
@@ -35,13 +34,14 @@ def fatal_index(fatal: jax.Array, valid: jax.Array, *, k: int = 3) -> jax.Array:
   return f
 
 
-@register("fatal_aware")
-def fatal_aware(batch, *, estimator: str = "rloo", k: int = 3, abnormal: Optional[jax.Array] = None,
-                norm_by_std: bool = True, eps: float = 1e-6) -> Credit:
+@register("fatal_aware", needs=Needs(env_fields=("fatal",), optional_extras=("abnormal",)))
+def fatal_aware(batch, *, estimator: str = "rloo", k: int = 3, norm_by_std: bool = True,
+                eps: float = 1e-6) -> Credit:
   """Fatal-aware advantages with masking and a one-sided clamp (ALGORITHMS.md §4.8).
 
-  Inputs: reward, valid, fatal (erroneous-step flag) `[N, T]`, group_id `[N]`; optional
-  `abnormal` `[N]` bool: the episode ended without an answer (default: none did).
+  Inputs: reward, valid, fatal (erroneous-step flag) `[N, T]`, group_id `[N]`; optional extra
+  `batch.extras["abnormal"]` `[N, T]` bool, raised on any turn: the episode ended without an
+  answer (default: none did).
   - f = `fatal_index` (cascade of k erroneous turns). No cascade + abnormal end: f = T and the
     episode is flagged; no cascade + answered: not fatal. Flagged = cascade or abnormal.
   - f = 0: score set to 0 and the episode dropped (mask all 0). Mask = valid & (t < f),
@@ -57,7 +57,8 @@ def fatal_aware(batch, *, estimator: str = "rloo", k: int = 3, abnormal: Optiona
   valid = batch.valid
   f = fatal_index(batch.fatal, valid, k=k)
   cascade = f < t
-  flagged = cascade if abnormal is None else cascade | jnp.asarray(abnormal, bool)
+  abnormal = episode_extra(batch, "abnormal", "fatal_aware", reduce="any", optional=True)
+  flagged = cascade if abnormal is None else cascade | abnormal
   s = jnp.sum(jnp.where(valid, batch.reward, 0.0), axis=1)
   s = jnp.where(cascade & (f == 0), 0.0, s)
   has = jnp.any(valid, axis=1)

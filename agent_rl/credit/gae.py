@@ -18,6 +18,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from agent_rl.credit.needs import Needs
 from agent_rl.credit.base import Credit, register
 from agent_rl.rollout.batch import EpisodeBatch
 
@@ -195,7 +196,7 @@ def _values(batch: EpisodeBatch, kernel: str) -> jax.Array:
   return batch.values
 
 
-@register("gae")
+@register("gae", needs=Needs(critic=True))
 def gae(batch: EpisodeBatch, *, gamma: float = 1.0, lam: float = 1.0) -> Credit:
   """GAE over an EpisodeBatch (ALGORITHMS.md §1.1; Schulman et al. arXiv 1506.02438).
 
@@ -225,7 +226,7 @@ def reinforce_pp(batch: EpisodeBatch, *, gamma: float = 1.0, reset_at_mask: bool
   return Credit(token=adv, returns=ret)
 
 
-@register("bilevel_gae")
+@register("bilevel_gae", needs=Needs(critic=True))
 def bilevel_gae(batch: EpisodeBatch, *, gamma: float = 1.0, lam: float = 1.0, high_level_gamma: float = 0.95,
                 every_turn_is_boundary: bool = False) -> Credit:
   """RAGEN bi-level GAE over an EpisodeBatch (ALGORITHMS.md §3; RAGEN arXiv 2504.20073).

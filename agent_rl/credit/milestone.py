@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_rl.credit.base import Credit, register
+from agent_rl.credit.needs import Needs, optional_extra
 from agent_rl.credit.gigpo import check_norm, episode_advantage, row_groups, step_advantage
 from agent_rl.credit.segments import dense_ids
 
@@ -85,16 +86,17 @@ def milestone_segments(actions: Sequence[Sequence[str]], milestones: Sequence[Op
   return rew, seg
 
 
-@register("beacon")
+@register("beacon", needs=Needs(env_fields=("milestone",),
+                                 optional_extras=("segment_reward", "segment_id")))
 def beacon(batch, *, gamma_m: float = 0.99, reward_scale: float = 10.0, step_weight: float = 1.0,
            norm: str = "mean_norm", cross_steps: bool = True, invalid_penalty: float = 0.1,
-           eps: float = 1e-6, segment_reward: Optional[jax.Array] = None,
-           segment_id: Optional[jax.Array] = None) -> Credit:
+           eps: float = 1e-6) -> Credit:
   """BEACON / MiGPO turn advantages A = A^E + step_weight * A^seg (ALGORITHMS.md §4.3).
 
   Inputs (`[N, T]`): reward, valid, valid_action, milestone; group_id `[N]`. Optional
-  `segment_reward` f32 / `segment_id` i32 `[N, T]` (both or neither) from
-  `milestone_segments` replace the on-device `flag_segments(batch.milestone)`.
+  extras `segment_reward` f32 / `segment_id` i32 `[N, T]` (both or neither) from
+  `milestone_segments` replace the on-device `flag_segments(batch.milestone)` (a host env
+  that sends them still declares the `milestone` flags they were matched from).
   - A^seg: segment rewards (minus invalid_penalty on invalid-action turns, as verl-agent's
     penalty on step rewards) normalised within (group_id, segment_id) groups; singletons
     give 0. Segment id -1 (after a fully matched list) is a group of its own.
@@ -104,6 +106,8 @@ def beacon(batch, *, gamma_m: float = 0.99, reward_scale: float = 10.0, step_wei
   the code default (1.0) is kept here.
   """
   check_norm(norm)
+  segment_reward = optional_extra(batch, "segment_reward", "beacon")
+  segment_id = optional_extra(batch, "segment_id", "beacon")
   if (segment_reward is None) != (segment_id is None):
     raise ValueError("beacon: pass both segment_reward and segment_id, or neither")
   n, t = batch.valid.shape

@@ -6,12 +6,11 @@ IB-RL (arXiv 2608.06735), §4.15 [abstract]. Turns carry `agent_id`; (group, age
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import jax
 import jax.numpy as jnp
 
 from agent_rl.credit.base import Credit, register
+from agent_rl.credit.needs import Needs, optional_extra
 from agent_rl.credit.gigpo import first_valid, normalize, row_groups
 from agent_rl.credit.segments import dense_ids
 
@@ -21,13 +20,12 @@ def _team_return(batch) -> jax.Array:
   return jnp.broadcast_to(ret, batch.valid.shape)
 
 
-@register("drmas")
-def drmas(batch, *, group_by_agent: bool = True, norm_by_std: bool = True, eps: float = 1e-6,
-          row_scores: Optional[jax.Array] = None) -> Credit:
+@register("drmas", needs=Needs(env_fields=("agent_id",), optional_extras=("row_scores",)))
+def drmas(batch, *, group_by_agent: bool = True, norm_by_std: bool = True, eps: float = 1e-6) -> Credit:
   """Dr. MAS GRPO advantages (ALGORITHMS.md §4.1).
 
-  Inputs: valid, reward, agent_id `[N, T]`, group_id `[N]`; optional `row_scores` `[N, T]`
-  (default: the team episode return on every row).
+  Inputs: valid, reward, agent_id `[N, T]`, group_id `[N]`; optional extra
+  `batch.extras["row_scores"]` `[N, T]` (default: the team episode return on every row).
   - group_by_agent=True: every valid turn (each invocation of an agent) enters the
     (group_id, agent_id) statistics; A = (s - mu)/(sigma + eps) (Bessel), or s - mu without
     std (Dr.GRPO style, norm_by_std=False).
@@ -38,7 +36,8 @@ def drmas(batch, *, group_by_agent: bool = True, norm_by_std: bool = True, eps: 
   """
   n, t = batch.valid.shape
   valid = batch.valid
-  s = _team_return(batch) if row_scores is None else jnp.asarray(row_scores, jnp.float32)
+  rs = optional_extra(batch, "row_scores", "drmas")
+  s = _team_return(batch) if rs is None else rs.astype(jnp.float32)
   norm = "mean_std_norm" if norm_by_std else "mean_norm"
   gid = row_groups(batch.group_id, t)
   if group_by_agent:
@@ -53,7 +52,7 @@ def drmas(batch, *, group_by_agent: bool = True, norm_by_std: bool = True, eps: 
   return Credit(turn=adv, returns=adv)
 
 
-@register("per_agent")
+@register("per_agent", needs=Needs(env_fields=("agent_id",)))
 def per_agent(batch, *, norm_by_std: bool = True, eps: float = 1e-6) -> Credit:
   """PA-MAGRPO / IB-RL per-agent isolated GRPO advantages (§4.15, design proposal from the
   abstracts).

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from agent_rl.credit.base import Credit, register
 from agent_rl.credit.gae import masked_whiten
+from agent_rl.credit.needs import BASELINE_RETURN, Needs, episode_extra
 from agent_rl.credit.segments import group_stats
 from agent_rl.rollout.batch import EpisodeBatch
 
@@ -250,11 +251,12 @@ def reinforce_pp_baseline(batch: EpisodeBatch) -> Credit:
   return _turn_credit(batch, masked_whiten(a, token_counts(batch) * w))
 
 
-@register("remax")
-def remax(batch: EpisodeBatch, *, reward_baselines: jax.Array) -> Credit:
+@register("remax", needs=Needs(baseline_rollout=True))
+def remax(batch: EpisodeBatch) -> Credit:
   """ReMax (ALGORITHMS.md §1.5; Li et al., arXiv 2310.10505).
 
-  reward_baselines `[N]`: the score of a greedy rollout of each episode's task. At turn
+  b_i = `batch.extras["baseline_return"]` `[N, T]` read on turn 0: the return of a greedy
+  rollout of each episode's task (`credit.baseline.attach_baseline_return`). At turn
   level, G_t = sum_{t' >= t} reward_t' valid_t' (a turn's tokens see the rewards of their
   own and later turns), A_t = G_t - b_i. No groups; padding turns get 0. Returns
   Credit(turn=A * valid, returns=G * valid).
@@ -262,9 +264,7 @@ def remax(batch: EpisodeBatch, *, reward_baselines: jax.Array) -> Credit:
   valid = batch.valid.astype(jnp.float32)
   r = batch.reward.astype(jnp.float32) * valid
   g = jnp.flip(jnp.cumsum(jnp.flip(r, 1), axis=1), 1)
-  b = jnp.asarray(reward_baselines, jnp.float32)
-  if b.shape != (batch.num_episodes,):
-    raise ValueError(f"remax reward_baselines must have shape [N]={batch.num_episodes}, got {b.shape}")
+  b = episode_extra(batch, BASELINE_RETURN, "remax").astype(jnp.float32)
   return Credit(turn=(g - b[:, None]) * valid, returns=g * valid)
 
 

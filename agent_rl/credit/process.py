@@ -6,12 +6,11 @@ come in as an input array.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import jax
 import jax.numpy as jnp
 
 from agent_rl.credit.base import Credit, register
+from agent_rl.credit.needs import Needs, extra, optional_extra
 from agent_rl.credit.gigpo import normalize, row_groups
 
 
@@ -27,16 +26,16 @@ def step_rewards(prm_scores: jax.Array, scored: jax.Array, *, baseline: float = 
   return jnp.where(scored, (1.0 + scale) * (1.0 - prm_scores - baseline - pen), 0.0)
 
 
-@register("pica")
-def pica(batch, *, prm_scores: jax.Array, step_mask: Optional[jax.Array] = None, gamma: float = 1.0,
+@register("pica", needs=Needs(extras=("prm_score",), optional_extras=("step_mask",)))
+def pica(batch, *, gamma: float = 1.0,
          baseline: float = 0.5, scale: float = 0.6, outcome_scale: float = 1.5,
          joint: bool = False, norm_by_std: bool = True, outcome_weight: float = 1.0,
          step_weight: float = 1.0, eps: float = 1e-6) -> Credit:
   """PiCA GRPO-variant turn advantages (ALGORITHMS.md §4.7, "Alternative GRPO variant").
 
-  Inputs: reward, valid `[N, T]`, group_id `[N]`; `prm_scores` `[N, T]` f32 PRM score p of
-  each turn; optional `step_mask` `[N, T]` bool of the scored (search) turns — default every
-  valid turn but the last. The last valid turn is the outcome turn.
+  Inputs: reward, valid `[N, T]`, group_id `[N]`; extras (`batch.extras`): `prm_score`
+  `[N, T]` f32 PRM score p of each turn; optional `step_mask` `[N, T]` bool of the scored
+  (search) turns — default every valid turn but the last. The last valid turn is the outcome turn.
   - Outcome o = outcome_scale * sum of rewards, times outcome_weight; step rewards r_k from
     `step_rewards`, times step_weight (the curriculum weights).
   - Normalised per group_id separately (outcome: one per episode; steps: all scored turns of
@@ -50,8 +49,9 @@ def pica(batch, *, prm_scores: jax.Array, step_mask: Optional[jax.Array] = None,
   n, t = batch.valid.shape
   valid = batch.valid
   last = valid & (jnp.cumsum(valid, axis=1) == jnp.sum(valid, axis=1, keepdims=True))
-  scored = valid & ~last & (True if step_mask is None else jnp.asarray(step_mask, bool))
-  r_step = step_weight * step_rewards(jnp.asarray(prm_scores, jnp.float32), scored,
+  step_mask = optional_extra(batch, "step_mask", "pica")
+  scored = valid & ~last & (True if step_mask is None else step_mask.astype(bool))
+  r_step = step_weight * step_rewards(extra(batch, "prm_score", "pica").astype(jnp.float32), scored,
                                       baseline=baseline, scale=scale)
   out = outcome_weight * outcome_scale * jnp.sum(jnp.where(valid, batch.reward, 0.0), 1, keepdims=True)
   x = jnp.where(last, out, r_step)

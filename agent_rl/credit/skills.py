@@ -6,12 +6,11 @@ the abstracts, with the unknown parts configurable.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import jax
 import jax.numpy as jnp
 
 from agent_rl.credit.base import Credit, register
+from agent_rl.credit.needs import Needs, episode_extra
 from agent_rl.credit.gigpo import normalize
 from agent_rl.credit.segments import dense_ids
 
@@ -26,14 +25,14 @@ def _to_turns(a: jax.Array, valid: jax.Array) -> jax.Array:
   return jnp.where(valid, a[:, None], 0.0)
 
 
-@register("skillc")
-def skillc(batch, *, skill_injected: jax.Array, lam=1.0, norm_by_std: bool = True,
+@register("skillc", needs=Needs(extras=("skill_injected",)))
+def skillc(batch, *, lam=1.0, norm_by_std: bool = True,
            eps: float = 1e-6) -> Credit:
   """SkillC dual-stream advantages (§4.13; design proposal).
 
-  Inputs: reward, valid, success `[N, T]`, group_id `[N]`; `skill_injected` `[N]` bool (the
-  stream of each rollout); `lam` the curriculum weight (float or traced scalar: changing it
-  does not retrace).
+  Inputs: reward, valid, success `[N, T]`, group_id `[N]`; the extra `skill_injected`
+  `[N, T]` bool (the stream of each rollout, read on turn 0); `lam` the curriculum weight
+  (float or traced scalar: changing it does not retrace).
   - Base: GRPO of the episode return over the union of both streams of a task (Bessel std,
     eps; singleton -> raw score; zero-variance -> 0).
   - Bonus: A_i += lam * [skill-free and success] * max(0, c_task), c_task = SR_skill - SR_free
@@ -42,8 +41,9 @@ def skillc(batch, *, skill_injected: jax.Array, lam=1.0, norm_by_std: bool = Tru
   """
   n = batch.valid.shape[0]
   s, has = _episode(batch)
-  inj = jnp.asarray(skill_injected, bool) & has
-  free = ~jnp.asarray(skill_injected, bool) & has
+  stream = episode_extra(batch, "skill_injected", "skillc").astype(bool)
+  inj = stream & has
+  free = ~stream & has
   succ = jnp.any(batch.success & batch.valid, axis=1).astype(jnp.float32)
   norm = "mean_std_norm" if norm_by_std else "mean_norm"
   a = normalize(s, batch.group_id, n, has, norm=norm, eps=eps, singleton="raw")
@@ -57,17 +57,15 @@ def skillc(batch, *, skill_injected: jax.Array, lam=1.0, norm_by_std: bool = Tru
   return Credit(turn=adv, returns=adv)
 
 
-@register("skill_r1")
-def skill_r1(batch, *, generation: jax.Array, beta: float = 1.0,
-             parent: Optional[jax.Array] = None, rollout_rewards: Optional[jax.Array] = None,
-             norm_by_std: bool = True, eps: float = 1e-6) -> Credit:
+@register("skill_r1", needs=Needs(extras=("generation",), optional_extras=("parent", "skill_return")))
+def skill_r1(batch, *, beta: float = 1.0, norm_by_std: bool = True, eps: float = 1e-6) -> Credit:
   """Skill-R1 bi-level advantages A = A_intra + beta * A_inter (§4.14; design proposal).
 
   Each episode is one sampled skill z (the policy is the skill generator). Inputs: reward,
-  valid `[N, T]`, group_id `[N]` (task); `generation` `[N]` i32 g of each skill; optional
-  `rollout_rewards` `[N, M]` verified rewards of the frozen task LLM's M rollouts with the
-  skill (R_bar = their mean; default R_bar = the episode return); optional `parent` `[N]` i32
-  index of the skill z_{g-1} it refines (-1 = none).
+  valid `[N, T]`, group_id `[N]` (task); episode-level extras (`[N, T]`, read on turn 0):
+  `generation` i32 g of each skill; optional `skill_return` f32 R_bar, the mean verified
+  reward of the frozen task LLM's rollouts with the skill (default R_bar = the episode
+  return); optional `parent` i32 index of the skill z_{g-1} it refines (-1 = none).
   - A_intra: GRPO of R_bar within (task, generation) (Bessel std, eps; singleton -> raw).
   - A_inter = R_bar(z_g) - R_bar(z_{g-1}): the parent's R_bar when `parent` is given, else the
     mean R_bar of the same task's generation g-1 in the batch; 0 when there is none.
@@ -75,8 +73,10 @@ def skill_r1(batch, *, generation: jax.Array, beta: float = 1.0,
   """
   n = batch.valid.shape[0]
   s, has = _episode(batch)
-  rbar = s if rollout_rewards is None else jnp.mean(jnp.asarray(rollout_rewards, jnp.float32), axis=-1)
-  g = jnp.asarray(generation, jnp.int32)
+  rr = episode_extra(batch, "skill_return", "skill_r1", optional=True)
+  rbar = s if rr is None else rr.astype(jnp.float32)
+  g = episode_extra(batch, "generation", "skill_r1").astype(jnp.int32)
+  parent = episode_extra(batch, "parent", "skill_r1", optional=True)
   gid = batch.group_id.astype(jnp.int32)
   key, _ = dense_ids((jnp.concatenate([gid, gid]), jnp.concatenate([g, g - 1])),
                      jnp.concatenate([has, has]))

@@ -9,16 +9,18 @@ import jax
 import jax.numpy as jnp
 
 from agent_rl.credit.base import Credit, register
+from agent_rl.credit.needs import Needs, extra
 from agent_rl.credit.gigpo import normalize, row_groups
 from agent_rl.credit.segments import dense_ids
 
 
-@register("uma")
-def uma(batch, *, question_index: jax.Array, norm_by_std: bool = True, eps: float = 1e-6) -> Credit:
+@register("uma", needs=Needs(extras=("question_index",)))
+def uma(batch, *, norm_by_std: bool = True, eps: float = 1e-6) -> Credit:
   """UMA turn advantages (ALGORITHMS.md §4.2).
 
-  Inputs: reward, valid `[N, T]`, group_id `[N]`, and `question_index` `[N, T]` i32: 0 on
-  memory-chunk turns (`is_final = 0`), q in 1..Q on the QA turn of question q.
+  Inputs: reward, valid `[N, T]`, group_id `[N]`, and the extra
+  `batch.extras["question_index"]` `[N, T]` i32: 0 on memory-chunk turns (`is_final = 0`),
+  q in 1..Q on the QA turn of question q.
   - QA turn score: its own reward (the question's outcome).
   - Memory turn score: mean reward of the episode's QA turns (0 if it has none) plus the
     turn's own reward (its tool reward).
@@ -30,9 +32,7 @@ def uma(batch, *, question_index: jax.Array, norm_by_std: bool = True, eps: floa
   """
   n, t = batch.valid.shape
   valid = batch.valid
-  q = jnp.asarray(question_index, jnp.int32)
-  if q.shape != (n, t):
-    raise ValueError(f"question_index must have shape {(n, t)}, got {q.shape}")
+  q = extra(batch, "question_index", "uma").astype(jnp.int32)
   qa = valid & (q > 0)
   r = jnp.where(valid, batch.reward, 0.0)
   qa_mean = jnp.sum(jnp.where(qa, r, 0.0), 1, keepdims=True) / jnp.maximum(jnp.sum(qa, 1, keepdims=True), 1)

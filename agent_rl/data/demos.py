@@ -11,7 +11,6 @@ episode renderer the rollout uses, so SFT and RL see byte-identical prompts.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from typing import Any, Sequence
@@ -20,22 +19,9 @@ import jax
 import numpy as np
 import tensorflow_datasets as tfds
 
+from agent_rl.envs.tasks import sample_tasks
+
 SEP = "\n"
-
-
-def sample_tasks(env: Any, seeds: Sequence[int]) -> Any:
-  """Tasks for `seeds` (task i = `env.sample_task(key(seeds[i]))`), as host numpy arrays.
-
-  One jitted, vmapped call: generating tasks one by one eagerly re-dispatches every op.
-  """
-  keys = jax.vmap(jax.random.key)(np.asarray(list(seeds), np.uint32))
-  return jax.tree.map(np.asarray, batched_sampler(env)(keys))
-
-
-@functools.lru_cache(maxsize=16)
-def batched_sampler(env: Any):
-  """`jit(vmap(env.sample_task))`, compiled once per env (envs are hashable)."""
-  return jax.jit(jax.vmap(env.sample_task))
 
 
 class DemoBuilder(tfds.core.GeneratorBasedBuilder):

@@ -23,8 +23,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from agent_rl.envs.base import ENVS, Text, fingerprint
-from agent_rl.envs.text import ActionParser, PieceTable, TokenizerLike
+from agent_rl.envs.actions import ActionParser
+from agent_rl.envs.base import ENVS, Text, TokenizerLike, fingerprint
+from agent_rl.envs.render import PieceTable
 
 REWARD_NAMES = ("arm", "invalid")
 

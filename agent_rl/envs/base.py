@@ -20,13 +20,26 @@ An environment is a frozen (hashable, hence jit-static) dataclass with pure meth
 - `env.solve(task) -> list[str]` is a host-side expert (BFS/A*/search) returning the action
   strings of an optimal plan; used for demonstrations, SFT warm starts and upper bounds.
 - `env.instruction` is the host-side task description text (system/user prompt).
+- Every `info` key beyond the fixed ones (`success, valid_action, state_hash, reward_terms,
+  milestone, fatal, agent_id`) must be one value per episode; the rollout stores it as a
+  turn-level extra `EpisodeBatch.extras[key] [N, T]` that credit kernels can read.
+- Episode limits: an env whose episodes end after a budget of steps (or turns) counts them in
+  its state and applies `step_limit`, the one shared max-steps rule; it reports
+  `info["truncated"]` (ended by the budget, not by the task).
+
+Tokenizer-facing helpers shared by the text modules: `TokenizerLike` (what envs need from a
+tokenizer) and `Digest` (content-digest hashing, so envs holding numpy tables stay cheap
+jit-static keys). Text rendering is in render.py, byte scanning in byte_scan.py, word-action
+parsing in actions.py.
 """
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from agent_rl.registry import Registry
@@ -39,6 +52,54 @@ class Text:
   """A padded token sequence: `tokens [..., L] int32`, `length [...] int32`."""
   tokens: jax.Array
   length: jax.Array
+
+
+class TokenizerLike(Protocol):
+  """What envs need from a tokenizer (agent_rl.tokenizers.Tokenizer implements it)."""
+  pad_id: int
+
+  def encode(self, text: str) -> list[int]: ...
+
+  def decode(self, ids) -> str: ...
+
+  def byte_table(self) -> tuple[np.ndarray, np.ndarray]:
+    """`(bytes [V, K] uint8, lengths [V] int32)`: the surface bytes of every token id."""
+    ...
+
+
+class Digest:
+  """Hash/equality by a content digest, so envs holding tables stay cheap jit-static keys."""
+  _digest: str
+
+  def __hash__(self) -> int:
+    return hash(self._digest)
+
+  def __eq__(self, other) -> bool:
+    return type(other) is type(self) and other._digest == self._digest
+
+
+def digest(*parts) -> str:
+  h = hashlib.sha1()
+  for p in parts:
+    h.update(np.ascontiguousarray(p).tobytes() if isinstance(p, np.ndarray) else repr(p).encode())
+  return h.hexdigest()
+
+
+
+def step_limit(count: jax.Array, used: jax.Array, live: jax.Array, terminated: jax.Array,
+               done: jax.Array, limit: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The shared max-steps rule of a step-limited env (one example; vmap for batches).
+
+  count: int32 steps (or turns) taken before this step; used: int32 steps this step adds;
+  live: bool the episode was running before the step (a finished state stays as it is);
+  terminated: bool the task ended this step (solved, fell in a hole, ...); done: bool the
+  episode had already ended. Returns `(count', done', truncated)`: count' = count + used
+  where live; done' = done | terminated | count' >= limit; truncated = the budget, not the
+  task, ended a live episode this step.
+  """
+  count = jnp.where(live, count + used, count).astype(jnp.int32)
+  hit = count >= limit
+  return count, done | terminated | hit, live & ~terminated & hit
 
 
 def make(name: str, **kwargs: Any):

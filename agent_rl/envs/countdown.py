@@ -14,7 +14,8 @@ Scoring (RAGEN's CountdownEnvConfig: score 1.0, format_score 0.1, invalid_act_sc
 `reward_terms = [success, format, invalid]` are 0/1 indicators of this turn's outcome and
 `reward = reward_terms . reward_weights` (success_reward, format_reward, invalid_penalty).
 `info["success"]` is the episode state (solved so far). Single-turn by default; with
-`max_turns > 1` a wrong answer gets feedback and another try; a step after `done` is
+`max_turns > 1` a wrong answer gets feedback and another try (turns counted by
+base.step_limit; `info["truncated"]` when the last try fails); a step after `done` is
 absorbing (zero reward, all terms 0).
 
 Tasks: `sample_task(key)` draws numbers and builds the target from a random expression tree
@@ -35,8 +36,9 @@ import numpy as np
 from flax import struct
 
 from agent_rl.envs import arith
-from agent_rl.envs.base import ENVS, Text, fingerprint
-from agent_rl.envs.text import ByteTable, PieceTable, TokenizerLike, int_pieces
+from agent_rl.envs.base import ENVS, Text, TokenizerLike, fingerprint, step_limit
+from agent_rl.envs.byte_scan import ByteTable
+from agent_rl.envs.render import PieceTable, int_pieces
 
 REWARD_NAMES = ("success", "format", "invalid")
 _FEEDBACK = ("Correct! ", "Wrong: the expression does not equal the target. ",
@@ -244,13 +246,12 @@ class Countdown:
     live = ~state.done
     hit = live & (outcome == _OK)
     terms = jnp.stack([hit, live & valid & ~hit, live & ~valid]).astype(jnp.float32)
-    turn = state.turn + live.astype(jnp.int32)
-    done = state.done | hit | (turn >= self.max_turns)
+    turn, done, truncated = step_limit(state.turn, 1, live, hit, state.done, self.max_turns)
     new = CountdownState(task=state.task, turn=turn, solved=state.solved | hit, done=done)
     feedback = jnp.asarray([self.pieces.id(f) for f in self.pieces.pieces[:4]], jnp.int32)[outcome]
     obs = self._render(state.task, feedback, jnp.bool_(True))
     info = dict(success=new.solved, valid_action=live & valid, state_hash=self.state_hash(new),
-                reward_terms=terms)
+                reward_terms=terms, truncated=truncated)
     return new, obs, jnp.dot(terms, jnp.asarray(self.reward_weights, jnp.float32)), done, info
 
   def state_hash(self, state: CountdownState) -> jax.Array:

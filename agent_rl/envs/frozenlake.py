@@ -8,7 +8,8 @@ clamped at the border; landing on H (hole) or G (goal) ends the episode, G pays 
 start), O hole, G goal, X player in a hole, √ player on the goal; actions are words in
 `<answer>Left || Up</answer>` (up to `max_actions`; execution stops when the episode ends).
 Reward terms (weighted by `reward_weights`): success (reached G), step (moves executed),
-format (1 for an invalid turn: no move, counts as one step). Done at H/G or `max_steps`.
+format (1 for an invalid turn: no move, counts as one step). Done at H/G or `max_steps`
+(base.step_limit; `info["truncated"]`).
 
 Tasks are maps: `sample_task(key)` draws gymnasium's `generate_random_map` (F with prob
 `p`, S top-left, G bottom-right, resampled until a path exists) in JAX; `task_from_map(
@@ -27,8 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from agent_rl.envs.base import ENVS, Text, fingerprint, validate_fields
-from agent_rl.envs.text import ActionParser, GridRenderer
+from agent_rl.envs.base import ENVS, Text, fingerprint, step_limit, validate_fields
+from agent_rl.envs.actions import ActionParser
+from agent_rl.envs.render import GridRenderer
 
 GLYPHS = ("P", "_", "O", "G", "X", "√")     # RAGEN's GRID_LOOKUP codes 0..5
 ACTIONS = ("Left", "Down", "Right", "Up")   # gymnasium action ids 0..3
@@ -192,9 +194,9 @@ class FrozenLake:
     (pos, ended, moves), _ = jax.lax.scan(   # unrolled: fuses with parse/render
         one, (state.pos, jnp.bool_(False), jnp.int32(0)), jnp.arange(self.max_actions), unroll=True)
     invalid = active & ~acts.valid
-    steps = jnp.where(active, state.steps + moves + invalid.astype(jnp.int32), state.steps)
+    steps, done, truncated = step_limit(state.steps, moves + invalid.astype(jnp.int32), active,
+                                        ended, state.done, self.max_steps)
     success = flat[pos] == G
-    done = state.done | ended | (steps >= self.max_steps)
     new = state.replace(pos=pos, steps=steps, done=done, key=key)
     terms = jnp.stack([ended & success, moves, invalid]).astype(jnp.float32)
     reward = jnp.dot(terms, jnp.asarray(self.reward_weights, jnp.float32))
@@ -204,6 +206,7 @@ class FrozenLake:
         "state_hash": self.state_hash(new),
         "reward_terms": terms,
         "fell": flat[pos] == H,
+        "truncated": truncated,
     }
     return new, self.render(new), reward, done, info
 

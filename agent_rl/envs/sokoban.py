@@ -8,9 +8,10 @@ rewards are the reward terms here, weighted by `reward_weights`:
     boxes    change in boxes on targets this turn       (weight 1,  +1 on / -1 off target)
     step     number of moves executed this turn          (weight -0.1, penalty_for_step)
     format   1 if the turn's text was not a valid action (weight -0.1, RAGEN's format penalty)
-A turn is `<answer>Up || Left</answer>` with up to `max_actions` moves (text.ActionParser);
+A turn is `<answer>Up || Left</answer>` with up to `max_actions` moves (actions.ActionParser);
 execution stops once solved. An invalid turn moves nothing and counts as one step. Done when
-solved or after `max_steps` steps; stepping a done state changes nothing (reward 0).
+solved or after `max_steps` steps (base.step_limit; `info["truncated"]`); stepping a done
+state changes nothing (reward 0).
 
 Observation: RAGEN's glyph grid, one line per row: # wall, _ floor, O target, X box,
 √ box on target, P player, S player on target. Rows are rendered from pieces of `chunk`
@@ -32,8 +33,9 @@ import numpy as np
 from flax import struct
 
 from agent_rl.envs import sokoban_gen
-from agent_rl.envs.base import ENVS, Text, fingerprint, validate_fields
-from agent_rl.envs.text import ActionParser, GridRenderer
+from agent_rl.envs.base import ENVS, Text, fingerprint, step_limit, validate_fields
+from agent_rl.envs.actions import ActionParser
+from agent_rl.envs.render import GridRenderer
 
 GLYPHS = ("#", "_", "O", "√", "X", "P", "S")   # codes 0..6, RAGEN's GRID_LOOKUP
 ACTIONS = ("Up", "Down", "Left", "Right")       # ids 0..3 = sokoban_gen.DIRS rows
@@ -202,9 +204,9 @@ class Sokoban:
         one, (state.boxes, state.player, jnp.bool_(False), jnp.int32(0)),
         jnp.arange(self.max_actions), unroll=True)
     invalid = active & ~acts.valid
-    steps = state.steps + moves + invalid.astype(jnp.int32)
-    done = state.done | solved | (steps >= self.max_steps)
-    new = state.replace(boxes=boxes, player=player, steps=jnp.where(active, steps, state.steps), done=done)
+    steps, done, truncated = step_limit(state.steps, moves + invalid.astype(jnp.int32), active,
+                                        solved, state.done, self.max_steps)
+    new = state.replace(boxes=boxes, player=player, steps=steps, done=done)
     on_after = jnp.sum(boxes & state.targets, dtype=jnp.int32)
     terms = jnp.stack([solved, on_after - on_before, moves, invalid]).astype(jnp.float32)
     reward = jnp.dot(terms, jnp.asarray(self.reward_weights, jnp.float32))
@@ -215,6 +217,7 @@ class Sokoban:
         "state_hash": fingerprint(codes),
         "reward_terms": terms,
         "milestone": on_after > on_before,
+        "truncated": truncated,
     }
     return new, self.grid.render(codes), reward, done, info
 

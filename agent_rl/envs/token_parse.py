@@ -1,28 +1,37 @@
-"""Token-level action parsing: text.py's byte scanner compiled, once on the host, into a token automaton.
+"""Token-level action parsing: byte_scan.py's scanner compiled, once on the host, into a token automaton.
 
-The well-formedness rule of text.py (first `<answer>`, first `</answer>` after it, at most
+The well-formedness rule of actions.py (first `<answer>`, first `</answer>` after it, at most
 `max_answer_bytes` bytes between, split on "||", the first `max_actions` segments stripped of
 ASCII whitespace each equal to an action word, ASCII case ignored) is a regular language with a
 small output, so it is recognized by a finite automaton over bytes. This module builds that
-automaton explicitly (states are Python tuples explored breadth-first over all 256 bytes) and
-lifts it to tokens: tokens whose bytes act identically are merged into classes, and
-`next[s, c]` is the state after reading all bytes of class c from state s. The only thing a
-finite automaton cannot count, the answer length, is summed alongside: `grow[s, c]` is the
-number of bytes of class c read inside the answer (the closing tag included), so
-`length = sum(grow) - len(close_tag)`.
+automaton explicitly (control states are Python tuples explored breadth-first over the bytes
+that matter) and lifts it to tokens.
+
+Output as a register, not as states: the recognized actions do not steer the automaton, so the
+control state leaves them out (segment index k, the partial word, a pending "|", a pending
+closing-tag prefix) and each transition instead *emits* the word a segment ended with. Emitted
+words are written into one integer, digit k in base B = (distinct word ids + 1), so emission is
+an addition: `emit[s, c] = sum (word + 1) * B**k` over the words token class c completes from
+state s. States then number ~(max_actions + 1) x (partial words) (a few hundred) instead of
+(words)^max_actions times that.
+
+Lifting to tokens: tokens with the same effect on every state form a class, and `next[s, c]`,
+`grow[s, c]` (bytes read inside the answer, the closing tag included, so
+`length = sum(grow) - len(close_tag)`: the one count a finite automaton cannot keep) and
+`emit[s, c]` are that effect. Effects are interned byte position by byte position over the
+whole vocabulary (`_lift`), so a 151k-token byte-level vocabulary (Qwen) builds in about a
+second: it has ~10^5 distinct byte strings but only ~10^3 distinct effects.
 
 In JAX a turn of L tokens then costs L table look-ups (`lax.scan`) instead of the byte
-compaction, tag search and segment split of the scanner (Sokoban, batch 1024, CPU: ~50 ns per
-turn instead of ~2.2 us). The automaton is exact, not a heuristic: tests/envs/test_token_parse.py
-checks it against the byte scanner on fuzzed token sequences for several tokenizers. Actions
-already recognized are part of the state, so the state count grows like
-(number of words)^max_actions (4 words: ~400 states at 1 action, ~8k at 3); `build` returns None
-when the tables would exceed `max_entries` (e.g. vocabularies of ~10^5 tokens with many
-distinct byte-class strings) and the caller keeps the byte scanner.
+compaction, tag search and segment split of the scanner. The automaton is exact, not a
+heuristic: tests/envs/test_token_parse.py checks it against the byte scanner on fuzzed token
+sequences for several tokenizers. `build` returns None when the tables would exceed
+`max_entries` (or the packed fields overflow) and the caller keeps the byte scanner.
 """
 from __future__ import annotations
 
 import collections
+import functools
 from typing import Sequence
 
 import jax
@@ -33,20 +42,28 @@ _WS = frozenset((32, 9, 10, 13, 11, 12))   # what bytes.strip() strips
 _PIPE = ord("|")
 _STAR = "*"                               # "trailing whitespace that only may end the segment"
 FAIL = ("fail",)
+_NONE = -1                                # "no word emitted"
 
 
 class _Rule:
-  """The byte-level automaton: `step(state, byte) -> state`, `inside(state) -> bool`."""
+  """The byte-level control automaton: `step(state, byte) -> (state, emitted word or -1)`.
+
+  Words are emitted as indices into `self.ids` (the distinct word ids, sorted); `k(state)` is
+  the number of words recorded before the state (the register digit the next emission writes).
+  """
 
   def __init__(self, words: Sequence[bytes], word_ids: Sequence[int], max_actions: int,
                open_tag: bytes, close_tag: bytes):
     self.lookup = {}
     for w, i in zip(words, word_ids):
       self.lookup.setdefault(w.lower(), int(i))     # first word wins, as match_words' argmax
+    self.ids = sorted(set(self.lookup.values()))
+    self.digit = {i: d for d, i in enumerate(self.ids)}
     self.prefixes = {w[:n] for w in self.lookup for n in range(len(w) + 1)}
     self.max_actions, self.open, self.close = max_actions, open_tag, close_tag
 
   @staticmethod
+  @functools.lru_cache(maxsize=1 << 14)   # buf is always a tag prefix + one byte: few distinct
   def _fallback(buf: bytes, pattern: bytes) -> int:
     """Length of the longest proper suffix of buf that is a prefix of pattern."""
     for n in range(min(len(buf), len(pattern) - 1), 0, -1):
@@ -71,34 +88,34 @@ class _Rule:
     return (c, b"") if c in self.prefixes else None
 
   def _segment_byte(self, seg, x: int):
-    """Feeds one answer byte to the "||" splitter; seg = (k, ids, sub, pipe) or FAIL."""
-    k, ids, sub, pipe = seg
+    """Feeds one answer byte to the "||" splitter; seg = (k, sub, pipe). -> (seg | FAIL, word)."""
+    k, sub, pipe = seg
     if k >= self.max_actions:
-      return seg
+      return seg, _NONE
     if pipe and x == _PIPE:                       # a separator ends segment k
       word = self.lookup.get(sub[0])
       if word is None:
-        return FAIL
-      return (k + 1, ids + (word,), (b"", b""), False)
+        return FAIL, _NONE
+      return (k + 1, (b"", b""), False), self.digit[word]
     if pipe:
       sub = self._push(sub, _PIPE)
       if sub is None:
-        return FAIL
+        return FAIL, _NONE
     if x == _PIPE:
-      return (k, ids, sub, True)
+      return (k, sub, True), _NONE
     sub = self._push(sub, x)
-    return FAIL if sub is None else (k, ids, sub, False)
+    return (FAIL if sub is None else (k, sub, False)), _NONE
 
   def _finish(self, seg):
-    k, ids, sub, pipe = seg
+    k, sub, pipe = seg
     if k >= self.max_actions:
-      return ("ok", ids)
+      return ("ok", k), _NONE
     if pipe:
       sub = self._push(sub, _PIPE)
       if sub is None:
-        return FAIL
+        return FAIL, _NONE
     word = self.lookup.get(sub[0])
-    return FAIL if word is None else ("ok", ids + (word,))
+    return (FAIL, _NONE) if word is None else (("ok", k + 1), self.digit[word])
 
   def start(self):
     return ("seek", 0)
@@ -106,41 +123,56 @@ class _Rule:
   def inside(self, state) -> bool:
     return state[0] == "in"
 
+  def k(self, state) -> int:
+    return state[1][0] if state[0] == "in" else state[1] if state[0] == "ok" else 0
+
   def step(self, state, x: int):
     kind = state[0]
     if kind == "seek":
       buf = self.open[:state[1]] + bytes([x])
       if buf == self.open:
-        return ("in", (0, (), (b"", b""), False), b"")
+        return ("in", (0, (b"", b""), False), b""), _NONE
       if self.open.startswith(buf):
-        return ("seek", len(buf))
-      return ("seek", self._fallback(buf, self.open))
+        return ("seek", len(buf)), _NONE
+      return ("seek", self._fallback(buf, self.open)), _NONE
     if kind != "in":
-      return state                               # "ok" and FAIL absorb
+      return state, _NONE                        # "ok" and FAIL absorb
     _, seg, pending = state
     buf = pending + bytes([x])
     if buf == self.close:
       return self._finish(seg)
     if self.close.startswith(buf):
-      return ("in", seg, buf)
+      return ("in", seg, buf), _NONE
     keep = self._fallback(buf, self.close)
+    emitted = _NONE
     for y in buf[:len(buf) - keep]:              # bytes that turned out not to be the tag
-      seg = self._segment_byte(seg, y)
+      seg, w = self._segment_byte(seg, y)
       if seg == FAIL:
-        return FAIL
-    return ("in", seg, buf[len(buf) - keep:])
+        return FAIL, _NONE
+      emitted = w if w != _NONE else emitted     # at most one "||" per byte step
+    return ("in", seg, buf[len(buf) - keep:]), emitted
 
 
 class TokenAutomaton:
-  """Tables of the token automaton (host numpy; see module docstring) and its JAX parse."""
+  """Tables of the token automaton (host numpy; see module docstring) and its JAX parse.
 
-  def __init__(self, next_, grow, cls, ok, ids, count, close_len):
-    self.next, self.grow, self.cls = next_, grow, cls   # [S, C+1] int32, [S, C+1] int32, [V] int32
-    self.ok, self.ids, self.count = ok, ids, count      # [S] bool, [S, A] int32, [S] int32
-    self.close_len = close_len
-    n_cls = next_.shape[1]
-    # One look-up per token: entry = (row offset of the next state) | (answer bytes << 24).
-    self.packed = ((next_.astype(np.int64) * n_cls) | (grow.astype(np.int64) << 24)).ravel().astype(np.uint32)
+  next_ / grow / emit: [S, C+1] int32 (the last class is the no-op of padding positions);
+  cls [V] int32 (token -> class); ok [S] bool; count [S] int32 (words of an ok state);
+  word_ids [D] int32 (register digit d+1 -> word id); base B = D + 1.
+  """
+
+  def __init__(self, next_, grow, emit, cls, ok, count, word_ids, max_actions, close_len):
+    self.next, self.grow, self.emit, self.cls = next_, grow, emit, cls
+    self.ok, self.count, self.word_ids = ok, count, np.asarray(word_ids, np.int32)
+    self.max_actions, self.close_len = int(max_actions), int(close_len)
+    self.base = len(word_ids) + 1
+    n_states, n_cls = next_.shape
+    # One look-up per token: entry = next state | answer bytes << sb | register digits << sb + 8.
+    # A single 32-bit table (not one per field) keeps the working set of a 151k vocabulary's
+    # ~10^3 classes in cache: the look-up is the whole per-token cost.
+    self.state_bits = max(1, int(n_states - 1).bit_length())
+    self.packed = (next_.astype(np.uint64) | (grow.astype(np.uint64) << self.state_bits)
+                   | (emit.astype(np.uint64) << (self.state_bits + 8))).ravel().astype(np.uint32)
 
   def parse(self, tokens: jax.Array, length: jax.Array, max_answer_bytes: int):
     """`(ids [A] int32, count int32, valid bool)` of one turn `tokens [L]`, `length` int32."""
@@ -148,41 +180,57 @@ class TokenAutomaton:
     cls = jnp.asarray(self.cls)[jnp.clip(tokens, 0, self.cls.shape[0] - 1)]
     cls = jnp.where(jnp.arange(tokens.shape[0]) < length, cls, n_cls - 1)   # last class: no-op
     table = jnp.asarray(self.packed)
+    sb, mask = self.state_bits, jnp.uint32((1 << self.state_bits) - 1)
 
     def one(carry, c):
-      row, total = carry                      # row = state * n_cls
-      e = table[row + c]
-      return ((e & 0xFFFFFF).astype(jnp.int32), total + (e >> 24).astype(jnp.int32)), None
+      s, total, reg = carry
+      e = table[s * n_cls + c]
+      return ((e & mask).astype(jnp.int32), total + ((e >> sb) & 0xFF).astype(jnp.int32),
+              reg + (e >> (sb + 8)).astype(jnp.int32)), None
 
-    (row, total), _ = jax.lax.scan(one, (jnp.int32(0), jnp.int32(0)), cls.astype(jnp.int32),
-                                   unroll=min(int(tokens.shape[0]), 16))
-    s = row // n_cls
+    zero = jnp.int32(0)
+    (s, total, reg), _ = jax.lax.scan(one, (zero, zero, zero), cls.astype(jnp.int32),
+                                      unroll=min(int(tokens.shape[0]), 16))
     valid = jnp.asarray(self.ok)[s] & (total - self.close_len <= max_answer_bytes)
-    ids = jnp.where(valid, jnp.asarray(self.ids)[s], -1)
+    powers = jnp.asarray([self.base ** k for k in range(self.max_actions)], jnp.int32)
+    digit = (reg // powers) % self.base                                       # [A]
+    words = jnp.asarray(self.word_ids)[jnp.maximum(digit - 1, 0)]
+    ids = jnp.where(valid & (digit > 0), words, -1)
     return ids, jnp.where(valid, jnp.asarray(self.count)[s], 0), valid
 
 
-def build(byte_table: np.ndarray, byte_lengths: np.ndarray, words: Sequence[bytes],
-          word_ids: Sequence[int], max_actions: int, *, open_tag: bytes = b"<answer>",
-          close_tag: bytes = b"</answer>", max_entries: int = 1 << 24) -> TokenAutomaton | None:
-  """The token automaton of a tokenizer's `byte_table()`; None when it exceeds max_entries."""
-  rule = _Rule(words, word_ids, max_actions, open_tag, close_tag)
-  # Bytes outside the tags, the words (either case), whitespace and "|" all act alike: explore
-  # with one representative of them.
-  special = set(open_tag) | set(close_tag) | set(_WS) | {_PIPE}
-  for w in words:
-    special |= set(w.lower()) | set(w.upper())
-  other = min(set(range(256)) - special)
-  reps = sorted(special | {other})
-  col = np.asarray([reps.index(x if x in special else other) for x in range(256)])
+def _explore(rule: _Rule, max_entries: int):
+  """Breadth-first control states over one representative byte per group of bytes that act
+  alike (everything outside the tags, words, whitespace and "|" acts like one byte).
+  Returns (states, byte_next [S, 256], byte_word [S, 256]) or None past max_entries."""
+  tag = set(rule.open) | set(rule.close)
+  in_words = {b for w in rule.lookup for b in w}                          # lower-cased words
+
+  def kind(x: int):
+    """Bytes of one kind act identically in every state (rule.step only looks at these)."""
+    if x in tag:
+      return ("tag", x)
+    if x == _PIPE:
+      return ("pipe",)
+    if x in _WS:
+      return ("ws", x if x in in_words else None)
+    low = bytes([x]).lower()[0]
+    return ("word", low) if low in in_words else ("other",)
+
+  kinds = [kind(x) for x in range(256)]
+  first = {}
+  for x, kd in enumerate(kinds):
+    first.setdefault(kd, x)
+  reps = sorted(first.values())
+  col = np.asarray([reps.index(first[kd]) for kd in kinds])
   index, states = {rule.start(): 0}, [rule.start()]
-  rows = []
+  nxt, word = [], []
   queue = collections.deque([0])
   while queue:
     s = queue.popleft()
-    row = []
+    row, out = [], []
     for x in reps:
-      t = rule.step(states[s], x)
+      t, w = rule.step(states[s], x)
       if t not in index:
         index[t] = len(states)
         states.append(t)
@@ -190,42 +238,123 @@ def build(byte_table: np.ndarray, byte_lengths: np.ndarray, words: Sequence[byte
         if len(states) * len(reps) > max_entries:
           return None
       row.append(index[t])
-    rows.append(row)
-  byte_next = np.asarray(rows, np.int32)[:, col]                            # [S, 256]
-  inside = np.asarray([rule.inside(s) for s in states], np.int32)           # [S]
-  n_states = byte_next.shape[0]
+      out.append(w)
+    nxt.append(row)
+    word.append(out)
+  return states, np.asarray(nxt, np.int32)[:, col], np.asarray(word, np.int64)[:, col]
 
-  # Bytes that act identically everywhere form one byte class; tokens are strings of classes.
-  _, byte_cls = np.unique(byte_next.T, axis=0, return_inverse=True)
-  byte_cls = byte_cls.ravel().astype(np.int32)
+
+def build(byte_table: np.ndarray, byte_lengths: np.ndarray, words: Sequence[bytes],
+          word_ids: Sequence[int], max_actions: int, *, open_tag: bytes = b"<answer>",
+          close_tag: bytes = b"</answer>", max_entries: int = 1 << 24) -> TokenAutomaton | None:
+  """The token automaton of a tokenizer's `byte_table()`; None when it exceeds max_entries."""
+  rule = _Rule(words, word_ids, max_actions, open_tag, close_tag)
+  base = len(rule.ids) + 1
+  if base ** max_actions >= 1 << 24 or np.asarray(byte_table).shape[1] > 255:
+    return None                                  # register / 8-bit grow field would overflow
+  explored = _explore(rule, max_entries)
+  if explored is None:
+    return None
+  states, byte_next, byte_word = explored
+  n_states = len(states)
+  inside = np.asarray([rule.inside(s) for s in states], np.int32)           # [S]
+  k = np.asarray([rule.k(s) for s in states], np.int64)                     # [S]
+  # A byte that ends segment k with word d adds (d + 1) * B**k to the register.
+  byte_emit = np.where(byte_word >= 0, (byte_word + 1) * base ** k[:, None], 0).astype(np.int32)
+  fail = states.index(FAIL) if FAIL in states else -1
+  tok_cls, fns, grows, emits = _lift(byte_next, byte_emit, inside, fail, byte_table, byte_lengths)
+  n_cls = fns.shape[0]
+  fields = int(n_states - 1).bit_length() + 8 + int(base ** max_actions - 1).bit_length()
+  if n_states * (n_cls + 1) > max_entries or fields > 32:   # one packed 32-bit entry
+    return None
+  pad = lambda a, v: np.concatenate([a.T, v], axis=1).astype(np.int32)   # noqa: E731
+  next_ = pad(fns, np.arange(n_states)[:, None])
+  grow = pad(grows, np.zeros((n_states, 1)))
+  emit = pad(emits, np.zeros((n_states, 1)))
+  ok = np.array([s[0] == "ok" for s in states])
+  count = np.where(ok, k, 0).astype(np.int32)
+  return TokenAutomaton(next_, grow, emit, tok_cls, ok, count, rule.ids, max_actions,
+                        len(close_tag))
+
+
+def _lift(byte_next: np.ndarray, byte_emit: np.ndarray, inside: np.ndarray, fail: int,
+          byte_table: np.ndarray, byte_lengths: np.ndarray):
+  """Token classes of a vocabulary: tokens with the same effect on every control state.
+
+  A token's effect is three vectors over states: `fn [S]` (the state after all its bytes),
+  `grow [S]` (how many of them are read inside the answer) and `emit [S]` (register digits
+  written). Effects are interned as they are built, byte position by byte position over all
+  tokens at once: the effect of a token's first j+1 bytes is a function of (effect of its
+  first j bytes, class of byte j), and each such pair is composed once however many tokens
+  share it. Cost ~K * V integer ops plus (distinct pairs) * S, not V * S.
+
+  Returns `(cls [V] int32, fns [C, S], grows [C, S], emits [C, S])`.
+  """
+  n_states = byte_next.shape[0]
+  # Byte classes: bytes whose columns of (byte_next, byte_emit) are equal (as _explore made them).
+  both = np.ascontiguousarray(np.concatenate([byte_next, byte_emit], axis=0).T)   # [256, 2S]
+  _, byte_cls = np.unique(both.view(np.dtype((np.void, both.shape[1] * both.itemsize))).ravel(),
+                          return_inverse=True)
+  byte_cls = byte_cls.ravel().astype(np.int64)
+  n_b = int(byte_cls.max()) + 1
+  rep = np.zeros((n_b,), np.int64)
+  rep[byte_cls] = np.arange(256)
+  step, step_emit = byte_next[:, rep], byte_emit[:, rep]                   # [S, n_b]
   table = np.asarray(byte_table, np.uint8)
   lengths = np.clip(np.asarray(byte_lengths, np.int64), 0, table.shape[1])
-  k = table.shape[1]
-  # Rows of byte classes (255 = past the token's end), deduplicated as fixed-size byte strings.
-  keyed = np.where(np.arange(k)[None, :] < lengths[:, None], byte_cls.astype(np.uint8)[table], 255)
-  keyed = np.ascontiguousarray(keyed, np.uint8)
-  _, first, tok_cls = np.unique(keyed.view(np.dtype((np.void, k))).ravel(), return_index=True,
-                                return_inverse=True)
-  uniq = np.where(keyed[first] == 255, -1, keyed[first].astype(np.int64))   # [C, K]
-  n_cls = uniq.shape[0]
-  if n_states * (n_cls + 1) > min(max_entries, 1 << 24) or k > 255:   # packed entry fields
-    return None
-  rep = np.zeros((int(byte_cls.max()) + 1,), np.int64)
-  rep[byte_cls] = np.arange(256)                                            # a byte of each class
-  cur = np.broadcast_to(np.arange(n_states)[:, None], (n_states, n_cls)).copy()
-  grow = np.zeros((n_states, n_cls), np.int32)
-  for j in range(k):
-    live = uniq[None, :, j] >= 0
-    grow += (live & (inside[cur] == 1)).astype(np.int32)
-    cur = np.where(live, byte_next[cur, rep[np.maximum(uniq[None, :, j], 0)]], cur)
-  next_ = np.concatenate([cur, np.arange(n_states)[:, None]], axis=1).astype(np.int32)
-  grow = np.concatenate([grow, np.zeros((n_states, 1), np.int32)], axis=1)
-  ok = np.array([s[0] == "ok" for s in states])
-  ids = np.full((n_states, max_actions), -1, np.int32)
-  count = np.zeros((n_states,), np.int32)
-  for s in range(n_states):
-    if ok[s]:
-      found = states[s][1]
-      ids[s, :len(found)] = found
-      count[s] = len(found)
-  return TokenAutomaton(next_, grow, tok_cls.ravel().astype(np.int32), ok, ids, count, len(close_tag))
+  # Effects as rows of growing arrays; effect 0 = no bytes read. Rows are interned by a 64-bit
+  # random-projection hash, and every hit is checked for equality (exact, not probabilistic).
+  cap = 1024
+  fns = np.zeros((cap, n_states), np.int32)
+  grows = np.zeros((cap, n_states), np.int32)
+  emits = np.zeros((cap, n_states), np.int32)
+  fns[0] = np.arange(n_states)
+  proj = np.random.default_rng(0).integers(1, 1 << 62, size=(3, n_states), dtype=np.uint64)
+
+  def hashes(f, g, e):
+    with np.errstate(over="ignore"):
+      return (f.astype(np.uint64) * proj[0] + g.astype(np.uint64) * proj[1]
+              + e.astype(np.uint64) * proj[2]).sum(axis=1)
+
+  index = {int(hashes(fns[:1], grows[:1], emits[:1])[0]): 0}
+  n_fx = 1
+  memo = np.full((cap * n_b,), -1, np.int64)                              # fid * n_b + class -> fid
+  fid = np.zeros((table.shape[0],), np.int64)
+  cls_at = byte_cls[table]                                                 # [V, K]
+  for j in range(table.shape[1]):
+    live = np.nonzero(lengths > j)[0]
+    if live.size == 0:
+      break
+    key = fid[live] * n_b + cls_at[live, j]
+    seen = np.zeros((n_fx * n_b,), bool)
+    seen[key] = True
+    new = np.nonzero(seen & (memo[:seen.size] < 0))[0]                     # pairs not composed yet
+    f, c = new // n_b, new % n_b
+    prev = fns[f]                                                          # [U, S]
+    nf = step[prev, c[:, None]]
+    ng = grows[f] + inside[prev]
+    ne = emits[f] + step_emit[prev, c[:, None]]
+    # Bytes read and words emitted on the way to FAIL never matter (the turn is invalid):
+    # zeroing them merges effects that differ only there (most token prefixes).
+    dead = nf == fail
+    ng[dead] = 0
+    ne[dead] = 0
+    got = np.empty((new.size,), np.int64)
+    for u, h in enumerate(hashes(nf, ng, ne).tolist()):
+      g = index.get(h)
+      if g is None:
+        g = index[h] = n_fx
+        if n_fx == fns.shape[0]:
+          fns, grows, emits = (np.concatenate([a, np.empty_like(a)]) for a in (fns, grows, emits))
+        fns[g], grows[g], emits[g] = nf[u], ng[u], ne[u]
+        n_fx += 1
+      got[u] = g
+    if not (np.array_equal(fns[got], nf) and np.array_equal(grows[got], ng)
+            and np.array_equal(emits[got], ne)):
+      raise RuntimeError("token automaton: effect hash collision (report this vocabulary)")
+    memo[new] = got
+    if memo.size < n_fx * n_b:
+      memo = np.concatenate([memo, np.full((n_fx * n_b - memo.size + memo.size,), -1, np.int64)])
+    fid[live] = memo[key]
+  used, cls = np.unique(fid, return_inverse=True)
+  return cls.ravel().astype(np.int32), fns[used], grows[used], emits[used]

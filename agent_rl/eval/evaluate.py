@@ -11,15 +11,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from agent_rl.data.demos import batched_sampler
+from agent_rl.envs.tasks import eval_tasks
 from agent_rl.rollout.compiled import rollout
 from agent_rl.rollout.episode import EpisodeConfig
 from agent_rl.rollout.sampler import SamplerConfig
-
-
-def eval_tasks(env: Any, num_tasks: int, seed: int):
-  keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.arange(num_tasks))
-  return batched_sampler(env)(keys)
 
 
 def evaluate(policy, params, env, pieces, ecfg: EpisodeConfig, *, num_tasks: int, seed: int,
@@ -53,7 +48,6 @@ def episode_config(c, tokenizer) -> EpisodeConfig:
   stops = (tokenizer.special("<|im_end|>"), tokenizer.eos_id)
   sampler = SamplerConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                           max_tokens=r.max_action_tokens, stop_tokens=stops)
-  history = {"concatenated": "concat", "windowed": "window"}[r.history]
   return EpisodeConfig(sampler=sampler, max_turns=r.max_turns, group_size=r.group_size,
-                       history=history, window_turns=r.window_turns,
-                       window_tokens=r.window_tokens if history == "window" else 0)
+                       history=r.history, window_turns=r.window_turns,
+                       window_tokens=r.window_tokens if r.history == "windowed" else 0)

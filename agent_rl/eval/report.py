@@ -1,9 +1,13 @@
-"""Learning-curve PNG and a markdown summary from a workdir's metrics.jsonl."""
+"""Learning-curve PNG and a markdown summary from a workdir's metrics.jsonl (and the sampled
+episodes of episodes.jsonl, before and after training). The workdir may be `gs://...`."""
 from __future__ import annotations
 
+import io
 import os
 
-from agent_rl.train.metrics import read_jsonl
+from etils import epath
+
+from agent_rl.metrics.sinks import EPISODES_FILE, METRICS_FILE, read_jsonl
 
 CURVES = (("eval/success", "held-out success (eval)"), ("rollout/success", "train success"),
           ("rollout/reward", "train reward"))
@@ -14,12 +18,7 @@ def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
   return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def write_report(workdir: str) -> tuple[str, str]:
-  """Writes `report.png` and `report.md` into `workdir`; returns their paths."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"{path}: no metrics log in this workdir")
-  recs = read_jsonl(path)
+def _plot(recs: list[dict]) -> bytes:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -37,13 +36,45 @@ def write_report(workdir: str) -> tuple[str, str]:
     ax.set_xlabel("step (SFT updates, then RL iterations)")
     ax.set_title(t)
     ax.grid(alpha=.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize=8)
   fig.tight_layout()
-  png = os.path.join(workdir, "report.png")
-  fig.savefig(png, dpi=110)
+  buf = io.BytesIO()  # through bytes: savefig cannot write to gs:// itself
+  fig.savefig(buf, format="png", dpi=110)
   plt.close(fig)
+  return buf.getvalue()
 
-  lines = [f"# Run report: {os.path.abspath(workdir)}", ""]
+
+def episode_sections(records: list[dict]) -> list[str]:
+  """Markdown for the episodes logged at the first and at the last step of episodes.jsonl
+  (`{"step", "tag", "index", "text"}` records): what the agent did before and after."""
+  if not records:
+    return []
+  steps = sorted({r["step"] for r in records})
+  picks = [("before training", steps[0])] + ([("after training", steps[-1])]
+                                             if steps[-1] != steps[0] else [])
+  out = ["## Sampled episodes", ""]
+  for title, step in picks:
+    recs = sorted((r for r in records if r["step"] == step), key=lambda r: (r["tag"], r["index"]))
+    tags = ", ".join(sorted({r["tag"] for r in recs}))
+    out += [f"### {title} (step {step}, {tags})", ""]
+    for r in recs:
+      out += ["```text", r["text"], "```", ""]
+  return out
+
+
+def write_report(workdir) -> tuple[str, str]:
+  """Writes `report.png` and `report.md` into `workdir`; returns their paths."""
+  wd = epath.Path(workdir)
+  path = wd / METRICS_FILE
+  if not path.exists():
+    raise FileNotFoundError(f"{path}: no metrics log in this workdir")
+  recs = read_jsonl(path)
+  png = wd / "report.png"
+  png.write_bytes(_plot(recs))
+
+  name = os.fspath(wd) if "://" in os.fspath(wd) else os.path.abspath(wd)
+  lines = [f"# Run report: {name}", ""]
   xs, ys = _series(recs, "eval/success")
   if xs:
     lines += [f"- held-out success: {ys[0]:.3f} at step {xs[0]} -> {ys[-1]:.3f} at step {xs[-1]} "
@@ -59,7 +90,9 @@ def write_report(workdir: str) -> tuple[str, str]:
     if xs:
       lines.append(f"- {key}: first {ys[0]:.4g}, last {ys[-1]:.4g} ({len(xs)} points)")
   lines += ["", "![learning curve](report.png)", ""]
-  md = os.path.join(workdir, "report.md")
-  with open(md, "w") as f:
-    f.write("\n".join(lines))
-  return png, md
+  ep = wd / EPISODES_FILE
+  if ep.exists():
+    lines += episode_sections(read_jsonl(ep))
+  md = wd / "report.md"
+  md.write_text("\n".join(lines))
+  return os.fspath(png), os.fspath(md)

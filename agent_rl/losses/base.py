@@ -23,6 +23,10 @@ from typing import Callable, Dict, Optional
 import jax
 import jax.numpy as jnp
 
+# Token log-probs / entropies from logits have one implementation, shared with the learner's
+# chunked hidden-state path (`agent_rl.models.logprobs`); the losses keep their public names.
+from agent_rl.models.logprobs import token_entropy as entropy_from_logits  # noqa: F401
+from agent_rl.models.logprobs import token_logprobs  # noqa: F401
 from agent_rl.registry import Registry
 
 LOSSES = Registry("policy loss")
@@ -59,9 +63,11 @@ def _seq_mean_token_mean(lm, m, *, num_tokens, num_seqs, scale):
 
 
 def _seq_mean_token_sum_norm(lm, m, *, num_tokens, num_seqs, scale):
-  del num_tokens, num_seqs
+  # verl 0.9.1: a mean over non-empty sequences, then / C (releases <= 0.4 summed over them).
+  del num_tokens
   c = lm.shape[-1] if scale is None else scale
-  return jnp.sum(lm) / c
+  b = jnp.sum(jnp.sum(m, axis=-1) > 0) if num_seqs is None else num_seqs
+  return jnp.sum(lm) / _nonzero(b) / c
 
 
 AGG_MODES: Dict[str, Callable[..., jax.Array]] = {
@@ -91,8 +97,8 @@ def agg_loss(loss_mat: jax.Array, mask: jax.Array, mode: str = "token-mean", *,
     token-mean:              Σ m·ℓ / N_tok,  N_tok = Σ m
     seq-mean-token-sum:      Σ_i Σ_t m·ℓ / B_eff,  B_eff = #{i : Σ_t m > 0}
     seq-mean-token-mean:     Σ_i [Σ_t m·ℓ / (Σ_t m + 1e-8)] / B_eff
-    seq-mean-token-sum-norm: Σ_i Σ_t m·ℓ / C,  C = `scale` or the padded length L
-                             (a sum over sequences, not a mean: Dr.GRPO sets C = max length).
+    seq-mean-token-sum-norm: Σ_i Σ_t m·ℓ / B_eff / C,  C = `scale` or the padded length L
+                             (verl 0.9.1; Dr.GRPO's 1/G Σ_t / MAX_TOKENS sets C = max length).
   An all-masked batch gives 0.
 
   verl multiplies by `dp_size` because each data-parallel rank divides its *local* sum by the
@@ -106,8 +112,9 @@ def agg_loss(loss_mat: jax.Array, mask: jax.Array, mode: str = "token-mean", *,
     loss_mat: `[B, L]` per-token loss.
     mask: `[B, L]` bool/float loss mask (a float mask acts as per-token weights).
     mode: one of `AGG_MODES`.
-    num_tokens, num_seqs: optional global counts (scalars) replacing Σm and B_eff.
-    scale: C of `seq-mean-token-sum-norm`.
+    num_tokens, num_seqs: optional global counts (scalars) replacing Σm and B_eff (verl's
+      `batch_num_tokens`, `global_batch_size`).
+    scale: C of `seq-mean-token-sum-norm` (verl's `loss_scale_factor`).
   """
   check_mode(mode)
   m = mask.astype(loss_mat.dtype)
@@ -189,24 +196,6 @@ def turn_segments(turn_index: jax.Array) -> jax.Array:
 def segment_sum(x: jax.Array, seg: jax.Array) -> jax.Array:
   """Sums `[B, L]` values into the `B·L` segments of `turn_segments`."""
   return jax.ops.segment_sum(x.reshape(-1), seg.reshape(-1), num_segments=seg.size)
-
-
-def token_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
-  """log softmax(logits)[targets]: `[B, L, V]`, `[B, L]` int -> `[B, L]` (float32 or wider).
-
-  Computed as z[y] − logsumexp(z) so the `[B, L, V]` log-softmax is never materialized.
-  """
-  z = logits.astype(float_dtype(logits))
-  picked = jnp.take_along_axis(z, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
-  return picked - jax.nn.logsumexp(z, axis=-1)
-
-
-def entropy_from_logits(logits: jax.Array) -> jax.Array:
-  """Per-token entropy H = logsumexp(z) − Σ softmax(z)·z (§1.9): `[..., V]` -> `[...]`."""
-  z = logits.astype(float_dtype(logits))
-  lse = jax.nn.logsumexp(z, axis=-1)
-  p = jnp.exp(z - lse[..., None])
-  return lse - jnp.sum(p * z, axis=-1)
 
 
 def entropy_loss(logits: jax.Array, mask: jax.Array, loss_agg_mode: str = "token-mean",

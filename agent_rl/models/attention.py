@@ -22,9 +22,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from agent_rl.models import lora
 from agent_rl.models.config import ModelConfig
 from agent_rl.models.dense import dense
-from agent_rl.models.layers import apply_rope, dense_init, make_param
+from agent_rl.models.layers import RMSNorm, apply_rope, dense_init, make_param
 
 # Large but finite: fully masked rows (padding queries) stay NaN-free.
 MASK_BIAS = -1e30
@@ -124,7 +125,12 @@ attention_core.defvjp(_core_fwd, _core_bwd)
 
 
 class Attention(nnx.Module):
-  """Weights: q [E,H,D], k/v [E,KVH,D], o [H,D,E]; optional q/k/v biases (Qwen2)."""
+  """Weights: q [E,H,D], k/v [E,KVH,D], o [H,D,E]; optional q/k/v biases (Qwen2), optional
+  q_norm/k_norm scales [D] (Qwen3, Gemma 3: RMSNorm per head, before RoPE).
+
+  Sliding-window layers differ only in the additive bias their caller passes (and their
+  RoPE tables), so all three paths serve both layer types.
+  """
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     e, h, kvh, d = cfg.hidden, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -135,6 +141,20 @@ class Attention(nnx.Module):
     self.k = make_param(rngs, dense_init(e), (e, kvh, d), ("embed", "kv_heads", "head_dim"), pd)
     self.v = make_param(rngs, dense_init(e), (e, kvh, d), ("embed", "kv_heads", "head_dim"), pd)
     self.o = make_param(rngs, dense_init(h * d), (h, d, e), ("heads", "head_dim", "embed"), pd)
+    self.query_scale = cfg.query_scale
+    self.qk_norm = cfg.qk_norm
+    if cfg.qk_norm:
+      # float32 outputs: the norm runs on the float32 projection and rounds once with RoPE.
+      kw = dict(eps=cfg.rms_eps, dtype=jnp.float32, param_dtype=pd, rngs=rngs,
+                plus_one=cfg.norm_plus_one, axis_name="head_dim")
+      self.q_norm = RMSNorm(d, **kw)
+      self.k_norm = RMSNorm(d, **kw)
+    self.lora_targets = ()
+    if cfg.lora is not None:
+      self.lora_targets = tuple(t for t in ("q", "k", "v", "o") if t in cfg.lora.targets)
+      self.lora_scale = cfg.lora.scale
+      for t in self.lora_targets:
+        lora.add_adapters(self, t, cfg.lora, 2 if t == "o" else 1, rngs)
     self.qkv_bias = cfg.qkv_bias
     if cfg.qkv_bias:
       zeros = nnx.initializers.zeros
@@ -145,7 +165,10 @@ class Attention(nnx.Module):
   def _proj(self, x: jax.Array, name: str) -> jax.Array:
     """x: [..., E] -> [..., N, D] float32, as one 2-D GEMM (params reshaped, a free bitcast)."""
     w = getattr(self, name)[...]
-    y = dense(x.astype(self.dtype), w.reshape(w.shape[0], -1), out_dtype=jnp.float32)
+    x = x.astype(self.dtype)
+    y = dense(x, w.reshape(w.shape[0], -1), out_dtype=jnp.float32)
+    if name in self.lora_targets:
+      y = y + lora.delta(self, name, x, self.lora_scale, jnp.float32)
     y = y.reshape(*x.shape[:-1], w.shape[1], w.shape[2])
     if self.qkv_bias:
       y = y + getattr(self, name + "_bias")[...].astype(jnp.float32)
@@ -154,12 +177,15 @@ class Attention(nnx.Module):
   def _qkv(self, x, cos, sin):
     """x: [..., E] -> q [..., KVH, G, D] (roped, pre-scaled), k [..., KVH, D] (roped), v.
 
-    Bias, RoPE and the query scale run on the float32 GEMM output and round to the compute
-    dtype once: with bf16 compute, RoPE's elementwise ops in bf16 cost XLA:CPU ~5x their f32
+    Bias, q/k norm, RoPE and the query scale run on the float32 GEMM output and round to the
+    compute dtype once: with bf16 compute, RoPE's elementwise ops in bf16 cost XLA:CPU ~5x their f32
     time (364 vs 71 ms per train step of the benchmark model), and q, k are more accurate.
     """
-    q = apply_rope(self._proj(x, "q"), cos, sin) * jnp.float32(self.head_dim ** -0.5)
-    k = apply_rope(self._proj(x, "k"), cos, sin)
+    q, k = self._proj(x, "q"), self._proj(x, "k")
+    if self.qk_norm:
+      q, k = self.q_norm(q), self.k_norm(k)
+    q = apply_rope(q, cos, sin) * jnp.float32(self.query_scale)
+    k = apply_rope(k, cos, sin)
     q, k, v = (a.astype(self.dtype) for a in (q, k, self._proj(x, "v")))
     q = q.reshape(*q.shape[:-2], self.num_kv_heads, -1, self.head_dim)
     return q, k, v
@@ -167,7 +193,11 @@ class Attention(nnx.Module):
   def _out(self, y: jax.Array) -> jax.Array:
     """y: [..., H, D] -> [..., E]."""
     w = self.o[...]
-    return dense(y.reshape(*y.shape[:-2], -1), w.reshape(-1, w.shape[-1]))
+    y = y.reshape(*y.shape[:-2], -1)
+    out = dense(y, w.reshape(-1, w.shape[-1]))
+    if "o" in self.lora_targets:
+      out = out + lora.delta(self, "o", y, self.lora_scale, out.dtype)
+    return out
 
   def full(self, x, cos, sin, bias, batch: int):
     """Training/scoring path on flat rows. x: [B*L,E], cos/sin: [B*L,D/2], bias: [B,1,1,L,L]

@@ -1,41 +1,30 @@
-"""Model configuration for the policy decoder (Qwen2/Qwen2.5, Llama-3 families).
+"""Model configuration for the policy decoder (Qwen2/Qwen2.5, Llama-3, Qwen3, Gemma 3).
 
 `ModelConfig` is a frozen, hashable dataclass (it lives inside NNX graphdefs, which jit treats
 as static), validated at construction: a wrong type or value raises a ValueError naming the
 field. Llama-3 rope scaling follows Meta's Llama 3.1 release (Dubey et al., 2024, "The Llama 3
-Herd of Models") as implemented by `transformers`' `_compute_llama3_parameters`.
+Herd of Models") as implemented by `transformers`' `_compute_llama3_parameters`. Qwen3
+(Yang et al., 2025, arXiv:2505.09388) and Gemma 3 (Gemma Team, 2025, arXiv:2503.19786) are
+switches on the same decoder (q/k norm, (1 + w) norms, sandwich norms, GeGLU, sliding layers).
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
 import jax.numpy as jnp
 import numpy as np
 
 DTYPES = ("float32", "bfloat16", "float16")
+LAYER_TYPES = ("full", "sliding")
+# Rematerialization of the full (training) forward: none, or each decoder block recomputed in
+# the backward (jax.checkpoint), keeping only the residual stream between blocks.
+REMAT = ("none", "block")
 
 
-@dataclasses.dataclass(frozen=True)
-class RopeScaling:
-  """Llama-3 rope scaling (`rope_type: llama3`); indexable like the HF dict it comes from."""
-  factor: float
-  low_freq_factor: float
-  high_freq_factor: float
-  original_max_position_embeddings: int
-
-  def __post_init__(self):
-    for f in ("factor", "low_freq_factor", "high_freq_factor"):
-      v = getattr(self, f)
-      if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-        raise ValueError(f"rope_scaling.{f} must be a positive number, got {v!r}")
-      object.__setattr__(self, f, float(v))
-    if self.high_freq_factor <= self.low_freq_factor:
-      raise ValueError("rope_scaling.high_freq_factor must exceed rope_scaling.low_freq_factor, "
-                       f"got {self.high_freq_factor} <= {self.low_freq_factor}")
-    o = self.original_max_position_embeddings
-    if isinstance(o, bool) or not isinstance(o, int) or o <= 0:
-      raise ValueError(f"rope_scaling.original_max_position_embeddings must be a positive int, got {o!r}")
+class _Scaling:
+  """Shared by the rope-scaling types: dict-like access and the HF form."""
+  rope_type = ""
 
   def __getitem__(self, key: str) -> Any:
     if key not in self.as_dict():
@@ -45,12 +34,16 @@ class RopeScaling:
   def as_dict(self) -> dict:
     return dataclasses.asdict(self)
 
+  def hf_dict(self) -> dict:
+    """The `transformers` form: the fields plus `rope_type`."""
+    return {"rope_type": self.rope_type, **self.as_dict()}
+
   @classmethod
-  def from_dict(cls, d: Mapping[str, Any]) -> "RopeScaling":
+  def from_dict(cls, d: Mapping[str, Any]):
     d = dict(d)
-    rope_type = d.pop("rope_type", d.pop("type", "llama3"))
-    if rope_type != "llama3":
-      raise ValueError(f"rope_scaling.rope_type {rope_type!r} is not supported (only 'llama3')")
+    rope_type = d.pop("rope_type", d.pop("type", cls.rope_type))
+    if rope_type != cls.rope_type:
+      raise ValueError(f"rope_scaling.rope_type {rope_type!r} does not match {cls.rope_type!r}")
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - names)
     missing = sorted(names - set(d))
@@ -59,6 +52,72 @@ class RopeScaling:
     if missing:
       raise ValueError(f"rope_scaling is missing keys {missing}")
     return cls(**d)
+
+
+def _check_positive(name: str, v) -> float:
+  if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+    raise ValueError(f"rope_scaling.{name} must be a positive number, got {v!r}")
+  return float(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling(_Scaling):
+  """Llama-3 rope scaling (`rope_type: llama3`); indexable like the HF dict it comes from."""
+  rope_type = "llama3"
+  factor: float
+  low_freq_factor: float
+  high_freq_factor: float
+  original_max_position_embeddings: int
+
+  def __post_init__(self):
+    for f in ("factor", "low_freq_factor", "high_freq_factor"):
+      object.__setattr__(self, f, _check_positive(f, getattr(self, f)))
+    if self.high_freq_factor <= self.low_freq_factor:
+      raise ValueError("rope_scaling.high_freq_factor must exceed rope_scaling.low_freq_factor, "
+                       f"got {self.high_freq_factor} <= {self.low_freq_factor}")
+    o = self.original_max_position_embeddings
+    if isinstance(o, bool) or not isinstance(o, int) or o <= 0:
+      raise ValueError(f"rope_scaling.original_max_position_embeddings must be a positive int, got {o!r}")
+
+  def scale(self, inv: np.ndarray) -> np.ndarray:
+    """inv_freq [D/2] float32 -> scaled, as `transformers` `_compute_llama3_parameters`."""
+    # Llama 3.1: long wavelengths are divided by `factor`, short ones kept, and the band in
+    # between interpolated smoothly.
+    old = self.original_max_position_embeddings
+    low_wavelen = old / self.low_freq_factor
+    high_wavelen = old / self.high_freq_factor
+    wavelen = (2 * np.pi / inv).astype(np.float32)
+    scaled = np.where(wavelen > low_wavelen, inv / self.factor, inv).astype(np.float32)
+    smooth = (old / wavelen - self.low_freq_factor) / (self.high_freq_factor - self.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / self.factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearRopeScaling(_Scaling):
+  """Position interpolation (Chen et al., 2023, arXiv:2306.15595), `rope_type: linear`:
+  every inverse frequency divided by `factor` (Gemma 3 4B's global layers use 8)."""
+  rope_type = "linear"
+  factor: float
+
+  def __post_init__(self):
+    object.__setattr__(self, "factor", _check_positive("factor", self.factor))
+
+  def scale(self, inv: np.ndarray) -> np.ndarray:
+    return (inv / np.float32(self.factor)).astype(np.float32)
+
+
+ROPE_SCALINGS = {c.rope_type: c for c in (RopeScaling, LinearRopeScaling)}
+
+
+def rope_scaling_from_dict(d: Mapping[str, Any]) -> RopeScaling:
+  """An HF rope-scaling dict -> its RopeScaling class (a missing rope_type means llama3)."""
+  rope_type = d.get("rope_type", d.get("type", "llama3"))
+  if rope_type not in ROPE_SCALINGS:
+    raise ValueError(f"rope_scaling.rope_type {rope_type!r} is not supported "
+                     f"(supported: {', '.join(sorted(ROPE_SCALINGS))})")
+  return ROPE_SCALINGS[rope_type].from_dict(d)
 
 
 def _is_int(v) -> bool:
@@ -72,9 +131,27 @@ class ModelConfig:
   Attributes:
     vocab_size, hidden, num_layers, num_heads, num_kv_heads, head_dim, intermediate: sizes
       (V, E, number of blocks, H, KVH, D, MLP width). num_heads % num_kv_heads == 0 (GQA).
-    rope_theta: RoPE base. rope_scaling: None or a Llama-3 dict/RopeScaling.
+    rope_theta: RoPE base. rope_scaling: None, a dict (`rope_type` 'llama3' (default) or
+      'linear') or a RopeScaling/LinearRopeScaling; applies to the full-attention layers.
     rms_eps: RMSNorm epsilon. tie_embeddings: lm_head = embedding^T. qkv_bias: Qwen2 biases.
     dtype: compute dtype; param_dtype: storage dtype ('float32' | 'bfloat16' | 'float16').
+    Qwen3 / Gemma 3 switches (defaults are Qwen2/Llama):
+    qk_norm: RMSNorm over head_dim on q and k before RoPE (Qwen3, Gemma 3).
+    norm_plus_one: every RMSNorm scales by (1 + w), w stored zero-centred (Gemma).
+    post_norms: extra RMSNorms on the attention and MLP outputs before each residual add
+      (Gemma 3's post_attention / post_feedforward norms; then `mlp_norm` is the pre-MLP one).
+    embed_scale: token embeddings multiplied by sqrt(hidden) (Gemma; the tied head is not).
+    mlp_activation: gate activation of the GLU MLP, a name in `layers.ACTIVATIONS`
+      ('silu' = SwiGLU, 'gelu_tanh' = GeGLU with tanh-approximate GELU).
+    query_pre_attn_scalar: queries scaled by its -1/2 power (None: head_dim ** -0.5).
+    sliding_window: W, a sliding layer's query at position p sees keys at positions
+      p - W < q <= p (positions, not slots, so padding inside a cache does not use it up).
+    layer_types: None or a cycle of 'full' / 'sliding' (layer i has type
+      layer_types[i % len]); None means all 'sliding' when sliding_window is set, else 'full'.
+    rope_local_theta: RoPE base of the sliding layers, without rope_scaling (Gemma 3's
+      rope_local_base_freq); None: the sliding layers use rope_theta and rope_scaling too.
+    lora: None, or a `lora.LoraConfig` / its dict: the model then carries LoRA adapters.
+    remat: 'none' | 'block' (`REMAT`): recompute each block's activations in the backward.
   """
   vocab_size: int = 4096
   hidden: int = 256
@@ -90,6 +167,17 @@ class ModelConfig:
   qkv_bias: bool = True
   dtype: Any = "float32"
   param_dtype: Any = "float32"
+  qk_norm: bool = False
+  norm_plus_one: bool = False
+  post_norms: bool = False
+  embed_scale: bool = False
+  mlp_activation: str = "silu"
+  query_pre_attn_scalar: Optional[float] = None
+  sliding_window: Optional[int] = None
+  layer_types: Optional[Tuple[str, ...]] = None
+  rope_local_theta: Optional[float] = None
+  lora: Optional[Any] = None
+  remat: str = "none"
 
   def __post_init__(self):
     for f in ("vocab_size", "hidden", "num_layers", "num_heads", "num_kv_heads", "head_dim",
@@ -108,15 +196,17 @@ class ModelConfig:
       if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not v > 0:
         raise ValueError(f"ModelConfig.{f} must be a positive number, got {v!r}")
       object.__setattr__(self, f, float(v))
-    for f in ("tie_embeddings", "qkv_bias"):
+    for f in ("tie_embeddings", "qkv_bias", "qk_norm", "norm_plus_one", "post_norms",
+              "embed_scale"):
       if not isinstance(getattr(self, f), (bool, np.bool_)):
         raise ValueError(f"ModelConfig.{f} must be a bool, got {getattr(self, f)!r}")
       object.__setattr__(self, f, bool(getattr(self, f)))
     rs = self.rope_scaling
-    if rs is not None and not isinstance(rs, RopeScaling):
+    if rs is not None and not isinstance(rs, _Scaling):
       if not isinstance(rs, Mapping):
         raise ValueError(f"ModelConfig.rope_scaling must be None or a dict, got {rs!r}")
-      object.__setattr__(self, "rope_scaling", RopeScaling.from_dict(rs))
+      object.__setattr__(self, "rope_scaling", rope_scaling_from_dict(rs))
+    self._check_families()
     for f in ("dtype", "param_dtype"):
       v = getattr(self, f)
       try:
@@ -126,6 +216,53 @@ class ModelConfig:
       if name not in DTYPES:
         raise ValueError(f"ModelConfig.{f} must be one of {DTYPES}, got {v!r}")
       object.__setattr__(self, f, name)
+    if self.remat not in REMAT:
+      raise ValueError(f"ModelConfig.remat must be one of {REMAT}, got {self.remat!r}")
+
+  def _check_families(self):
+    """Validates the Qwen3 / Gemma 3 fields (see the class docstring)."""
+    from agent_rl.models.layers import ACTIVATIONS  # layers imports nothing from here
+    from agent_rl.models.lora import LoraConfig
+    lc = self.lora
+    if lc is not None and not isinstance(lc, LoraConfig):
+      if not isinstance(lc, Mapping):
+        raise ValueError(f"ModelConfig.lora must be None, a LoraConfig or a dict, got {lc!r}")
+      object.__setattr__(self, "lora", LoraConfig.from_dict(lc))
+    if self.mlp_activation not in ACTIVATIONS:
+      raise ValueError(f"ModelConfig.mlp_activation must be one of {ACTIVATIONS.names()}, "
+                       f"got {self.mlp_activation!r}")
+    for f in ("query_pre_attn_scalar", "rope_local_theta"):
+      v = getattr(self, f)
+      if v is not None:
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not v > 0:
+          raise ValueError(f"ModelConfig.{f} must be None or a positive number, got {v!r}")
+        object.__setattr__(self, f, float(v))
+    w = self.sliding_window
+    if w is not None and (not _is_int(w) or w <= 0):
+      raise ValueError(f"ModelConfig.sliding_window must be None or a positive int, got {w!r}")
+    lt = self.layer_types
+    if lt is not None:
+      if isinstance(lt, str) or not isinstance(lt, (tuple, list)) or not lt or any(
+          t not in LAYER_TYPES for t in lt):
+        raise ValueError(f"ModelConfig.layer_types must be a non-empty sequence of "
+                         f"{LAYER_TYPES}, got {lt!r}")
+      object.__setattr__(self, "layer_types", tuple(lt))
+      if "sliding" in lt and w is None:
+        raise ValueError("ModelConfig.layer_types has 'sliding' layers but sliding_window is None")
+
+  def layer_type(self, i: int) -> str:
+    """'full' or 'sliding' for layer i (see `layer_types`)."""
+    if self.layer_types is None:
+      return "sliding" if self.sliding_window is not None else "full"
+    return self.layer_types[i % len(self.layer_types)]
+
+  @property
+  def has_sliding(self) -> bool:
+    return any(self.layer_type(i) == "sliding" for i in range(self.num_layers))
+
+  @property
+  def query_scale(self) -> float:
+    return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
 
   @property
   def compute_dtype(self) -> jnp.dtype:
@@ -153,28 +290,27 @@ class ModelConfig:
     e, d, h, k, m, v = (self.hidden, self.head_dim, self.num_heads, self.num_kv_heads,
                         self.intermediate, self.vocab_size)
     attn = e * d * (2 * h + 2 * k) + (d * (h + 2 * k) if self.qkv_bias else 0)
-    block = attn + 3 * e * m + 2 * e
+    attn += 2 * d if self.qk_norm else 0
+    block = attn + 3 * e * m + (4 if self.post_norms else 2) * e
     head = 0 if self.tie_embeddings else e * v
+    if self.lora is not None:  # r * (in + out) per adapted projection
+      sizes = dict(q=(e, h * d), k=(e, k * d), v=(e, k * d), o=(h * d, e), gate=(e, m),
+                   up=(e, m), down=(m, e))
+      block += sum(self.lora.rank * sum(sizes[t]) for t in self.lora.targets)
     return v * e + self.num_layers * block + e + head
 
 
-def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
-  """Inverse frequencies [D/2] float32, computed as HF does (float32, Llama-3 scaling)."""
+def rope_inv_freq(cfg: ModelConfig, layer_type: str = "full") -> np.ndarray:
+  """Inverse frequencies [D/2] float32 of a 'full' or 'sliding' layer, computed as HF does
+  (float32; rope_scaling on the full layers, and on the sliding ones unless rope_local_theta)."""
+  if layer_type not in LAYER_TYPES:
+    raise ValueError(f"layer_type must be one of {LAYER_TYPES}, got {layer_type!r}")
+  local = layer_type == "sliding" and cfg.rope_local_theta is not None
+  theta = cfg.rope_local_theta if local else cfg.rope_theta
   d = cfg.head_dim
-  inv = (1.0 / (np.float32(cfg.rope_theta) ** (np.arange(0, d, 2, dtype=np.int64)
-                                                  .astype(np.float32) / np.float32(d))))
+  inv = (1.0 / (np.float32(theta) ** (np.arange(0, d, 2, dtype=np.int64)
+                                         .astype(np.float32) / np.float32(d))))
   inv = inv.astype(np.float32)
-  rs = cfg.rope_scaling
-  if rs is None:
+  if cfg.rope_scaling is None or local:
     return inv
-  # Llama 3.1: long wavelengths are divided by `factor`, short ones kept, and the band in
-  # between interpolated smoothly (transformers `_compute_llama3_parameters`).
-  old = rs.original_max_position_embeddings
-  low_wavelen = old / rs.low_freq_factor
-  high_wavelen = old / rs.high_freq_factor
-  wavelen = (2 * np.pi / inv).astype(np.float32)
-  scaled = np.where(wavelen > low_wavelen, inv / rs.factor, inv).astype(np.float32)
-  smooth = (old / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor)
-  smoothed = (1 - smooth) * scaled / rs.factor + smooth * scaled
-  medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
-  return np.where(medium, smoothed, scaled).astype(np.float32)
+  return cfg.rope_scaling.scale(inv)

@@ -1,19 +1,18 @@
-"""Import Hugging Face Qwen2 / Llama checkpoints (safetensors only, never pickle).
+"""Import Hugging Face Qwen2 / Llama / Qwen3 / Gemma 3 checkpoints (safetensors only).
 
 `load_hf(path)` reads `config.json` and `model.safetensors` (or the shards listed in
 `model.safetensors.index.json`) and returns a `Transformer` whose logits match
-`transformers` (tested on tiny random configs). Each family is one `Family` entry in the
-`FAMILIES` registry: a config translator plus a name table `our/param/path -> (HF key,
-converter)`; converters know both layouts, so Gemma/Qwen3, export or LoRA merge are new
-table rows, not new code paths.
+`transformers` (tested on tiny random configs). The families (config translators and
+name tables, shared with `hf_export`) live in `hf_families.FAMILIES`. Pickle weights
+(`.bin`, `.pt`, `.pth`, `.ckpt`) are never opened: unpickling can run arbitrary code.
 """
 from __future__ import annotations
 
-import dataclasses
+import glob
 import json
 import os
 import re
-from typing import Any, Callable, Dict, Mapping, Tuple
+from typing import Any, Dict, Tuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -21,112 +20,16 @@ from flax import nnx
 from safetensors import safe_open
 
 from agent_rl.models.config import ModelConfig
+from agent_rl.models.hf_families import (FAMILIES, Converter, Family,  # noqa: F401 (re-exported)
+                                         param_template)
 from agent_rl.models.transformer import Transformer
-from agent_rl.registry import Registry
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
-@dataclasses.dataclass(frozen=True)
-class Converter:
-  """Maps an HF tensor to our layout; `hf_shape(ours)` is the HF shape that must be found."""
-  name: str
-  hf_shape: Callable[[Tuple[int, ...]], Tuple[int, ...]]
-  to_ours: Callable[[np.ndarray, Tuple[int, ...]], np.ndarray]
-
-
-# HF Linear weights are [out, in]; ours are [in, ...] with heads split out.
-IDENTITY = Converter("identity", lambda s: tuple(s), lambda a, s: a)
-TRANSPOSE = Converter("transpose", lambda s: (s[1], s[0]), lambda a, s: a.T)
-# q/k/v: HF [N*D, E] -> ours [E, N, D].
-HEADS_IN = Converter("heads_in", lambda s: (s[1] * s[2], s[0]), lambda a, s: a.T.reshape(s))
-# o: HF [E, H*D] -> ours [H, D, E].
-HEADS_OUT = Converter("heads_out", lambda s: (s[2], s[0] * s[1]), lambda a, s: a.T.reshape(s))
-# q/k/v bias: HF [N*D] -> ours [N, D].
-HEADS_BIAS = Converter("heads_bias", lambda s: (s[0] * s[1],), lambda a, s: a.reshape(s))
-
-
-@dataclasses.dataclass(frozen=True)
-class Family:
-  """One checkpoint family: config translation, weight-name table, ignorable HF keys."""
-  name: str
-  config: Callable[[Mapping[str, Any]], Dict[str, Any]]
-  weights: Mapping[str, Tuple[str, Converter]]
-  ignore: Tuple[str, ...] = ()
-
-
-FAMILIES = Registry("HF model family")
-
-_LLAMA_WEIGHTS = {
-    "embed/embedding": ("model.embed_tokens.weight", IDENTITY),
-    "layers/{i}/attn_norm/scale": ("model.layers.{i}.input_layernorm.weight", IDENTITY),
-    "layers/{i}/attn/q": ("model.layers.{i}.self_attn.q_proj.weight", HEADS_IN),
-    "layers/{i}/attn/k": ("model.layers.{i}.self_attn.k_proj.weight", HEADS_IN),
-    "layers/{i}/attn/v": ("model.layers.{i}.self_attn.v_proj.weight", HEADS_IN),
-    "layers/{i}/attn/q_bias": ("model.layers.{i}.self_attn.q_proj.bias", HEADS_BIAS),
-    "layers/{i}/attn/k_bias": ("model.layers.{i}.self_attn.k_proj.bias", HEADS_BIAS),
-    "layers/{i}/attn/v_bias": ("model.layers.{i}.self_attn.v_proj.bias", HEADS_BIAS),
-    "layers/{i}/attn/o": ("model.layers.{i}.self_attn.o_proj.weight", HEADS_OUT),
-    "layers/{i}/mlp_norm/scale": ("model.layers.{i}.post_attention_layernorm.weight", IDENTITY),
-    "layers/{i}/mlp/gate": ("model.layers.{i}.mlp.gate_proj.weight", TRANSPOSE),
-    "layers/{i}/mlp/up": ("model.layers.{i}.mlp.up_proj.weight", TRANSPOSE),
-    "layers/{i}/mlp/down": ("model.layers.{i}.mlp.down_proj.weight", TRANSPOSE),
-    "final_norm/scale": ("model.norm.weight", IDENTITY),
-    "lm_head": ("lm_head.weight", TRANSPOSE),
-}
-# Non-persistent rotary buffers of old exports; a tied checkpoint may still carry lm_head.
-_COMMON_IGNORE = (r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"model\.rotary_emb\..*")
-
-
-def _rope_fields(hf: Mapping[str, Any]) -> Dict[str, Any]:
-  """rope_theta / rope_scaling from a v4 (`rope_scaling`) or v5 (`rope_parameters`) config."""
-  params = dict(hf.get("rope_parameters") or {})
-  scaling = hf.get("rope_scaling")
-  if scaling:
-    params = {**params, **scaling}
-  theta = params.pop("rope_theta", hf.get("rope_theta", 10000.0))
-  rope_type = params.pop("rope_type", params.pop("type", "default"))
-  if rope_type == "default":
-    return dict(rope_theta=theta, rope_scaling=None)
-  if rope_type != "llama3":
-    raise ValueError(f"config.json rope_type {rope_type!r} is not supported "
-                     "(supported: 'default', 'llama3')")
-  keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-  missing = [k for k in keys if k not in params]
-  if missing:
-    raise ValueError(f"config.json llama3 rope scaling is missing {missing}")
-  return dict(rope_theta=theta, rope_scaling={k: params[k] for k in keys})
-
-
-def _common_config(hf: Mapping[str, Any]) -> Dict[str, Any]:
-  for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-              "intermediate_size"):
-    if key not in hf:
-      raise ValueError(f"config.json is missing {key!r}")
-  act = hf.get("hidden_act", "silu")
-  if act != "silu":
-    raise ValueError(f"config.json hidden_act {act!r} is not supported (only 'silu')")
-  heads = hf["num_attention_heads"]
-  return dict(vocab_size=hf["vocab_size"], hidden=hf["hidden_size"],
-              num_layers=hf["num_hidden_layers"], num_heads=heads,
-              num_kv_heads=hf.get("num_key_value_heads") or heads,
-              head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
-              intermediate=hf["intermediate_size"], rms_eps=hf.get("rms_norm_eps", 1e-6),
-              tie_embeddings=bool(hf.get("tie_word_embeddings", False)), **_rope_fields(hf))
-
-
-def _llama_config(hf: Mapping[str, Any]) -> Dict[str, Any]:
-  if hf.get("mlp_bias", False):
-    raise ValueError("config.json mlp_bias=true is not supported")
-  return dict(_common_config(hf), qkv_bias=bool(hf.get("attention_bias", False)))
-
-
-def _qwen2_config(hf: Mapping[str, Any]) -> Dict[str, Any]:
-  if hf.get("use_sliding_window", False):
-    raise ValueError("config.json use_sliding_window=true is not supported")
-  return dict(_common_config(hf), qkv_bias=True)
-
-
-FAMILIES.register("llama", Family("llama", _llama_config, _LLAMA_WEIGHTS, _COMMON_IGNORE))
-FAMILIES.register("qwen2", Family("qwen2", _qwen2_config, _LLAMA_WEIGHTS, _COMMON_IGNORE))
+def _pickle_files(path: str) -> list:
+  return sorted(os.path.basename(f) for f in glob.glob(os.path.join(path, "*"))
+                if f.endswith(PICKLE_SUFFIXES) and "training_args" not in f)
 
 
 class _Tensors:
@@ -136,19 +39,32 @@ class _Tensors:
     index = os.path.join(path, "model.safetensors.index.json")
     single = os.path.join(path, "model.safetensors")
     if os.path.exists(index):
-      with open(index) as f:
-        weight_map = json.load(f)["weight_map"]
+      weight_map = _read_json(index).get("weight_map")
+      if not isinstance(weight_map, dict):
+        raise ValueError(f"{index}: key 'weight_map' is missing or not a dict")
       self.files = {k: os.path.join(path, v) for k, v in weight_map.items()}
+      for shard in sorted(set(self.files.values())):
+        if not os.path.exists(shard):
+          key = next(k for k, v in self.files.items() if v == shard)
+          raise ValueError(f"{index}: shard {os.path.basename(shard)!r} (of {key!r}, ...) "
+                           f"does not exist in {path!r}")
     elif os.path.exists(single):
       with safe_open(single, framework="numpy") as f:
         self.files = {k: single for k in f.keys()}
     else:
+      pickled = _pickle_files(path)
+      hint = (f"; found pickle weights {pickled}, which are never loaded (unpickling can run "
+              "code): convert them to safetensors, e.g. transformers' "
+              "`model.save_pretrained(dir, safe_serialization=True)`" if pickled else "")
       raise ValueError(f"no model.safetensors or model.safetensors.index.json in {path!r} "
-                       "(pickle checkpoints are not read)")
+                       f"(pickle checkpoints are not read){hint}")
     self._open: Dict[str, Any] = {}
 
   def keys(self):
     return self.files.keys()
+
+  def file(self, key: str) -> str:
+    return os.path.basename(self.files[key])
 
   def get(self, key: str) -> np.ndarray:
     fname = self.files[key]
@@ -157,30 +73,50 @@ class _Tensors:
     return self._open[fname].get_tensor(key)
 
 
+def _read_json(path: str) -> dict:
+  try:
+    with open(path) as f:
+      data = json.load(f)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path} is not valid JSON: {e}") from None
+  if not isinstance(data, dict):
+    raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
+  return data
+
+
 def config_from_hf(path: str, **overrides) -> Tuple[ModelConfig, Family]:
-  """Reads `path/config.json` -> (ModelConfig, Family)."""
-  if not os.path.exists(os.path.join(path, "config.json")):
+  """Reads `path/config.json` -> (ModelConfig, Family).
+
+  Raises ValueError naming config.json and the key (missing file or key, unsupported
+  value or `architectures` entry), KeyError for an unknown `model_type`.
+  """
+  if not os.path.isdir(path):
+    raise ValueError(f"HF checkpoint directory {path!r} does not exist")
+  cfg_file = os.path.join(path, "config.json")
+  if not os.path.exists(cfg_file):
     raise ValueError(f"no config.json in {path!r}")
-  with open(os.path.join(path, "config.json")) as f:
-    hf = json.load(f)
-  family = FAMILIES.get(hf.get("model_type", "<missing model_type>"))
-  return ModelConfig(**family.config(hf), **overrides), family
-
-
-def _template(path: Tuple[Any, ...]) -> Tuple[str, Dict[str, int]]:
-  """('layers', 3, 'attn', 'q') -> ('layers/{i}/attn/q', {'i': 3})."""
-  parts, fmt = [], {}
-  for p in path:
-    if isinstance(p, int):
-      parts.append("{i}")
-      fmt["i"] = p
-    else:
-      parts.append(str(p))
-  return "/".join(parts), fmt
+  hf = _read_json(cfg_file)
+  if "model_type" not in hf:
+    raise ValueError(f"{cfg_file}: key 'model_type' is missing")
+  try:
+    family = FAMILIES.get(hf["model_type"])
+  except KeyError:
+    raise KeyError(f"{cfg_file}: model_type {hf['model_type']!r} is not supported; known: "
+                   f"{', '.join(FAMILIES.names())}") from None
+  archs = hf.get("architectures") or []
+  bad = [a for a in archs if a not in family.architectures]
+  if bad:
+    raise ValueError(f"{cfg_file}: architectures {bad} are not supported for model_type "
+                     f"{family.name!r} (supported: {list(family.architectures)})")
+  try:
+    fields = family.config(hf)
+    return ModelConfig(**fields, **family.fixed, **overrides), family
+  except ValueError as e:
+    raise ValueError(f"{cfg_file}: {e}") from None
 
 
 def load_hf(path: str, dtype=jnp.float32, param_dtype=None) -> Transformer:
-  """Loads an HF Qwen2/Llama safetensors checkpoint directory as a `Transformer`.
+  """Loads an HF Qwen2/Llama/Qwen3/Gemma 3 safetensors checkpoint directory as a `Transformer`.
 
   Args:
     path: directory with config.json and model.safetensors (or a sharded index).
@@ -195,7 +131,7 @@ def load_hf(path: str, dtype=jnp.float32, param_dtype=None) -> Transformer:
   tensors = _Tensors(path)
   used = set()
   for p, var in nnx.to_flat_state(state):
-    tmpl, fmt = _template(p)
+    tmpl, fmt = param_template(p)
     if tmpl not in family.weights:
       raise ValueError(f"{family.name}: no HF name for parameter {tmpl!r}")
     hf_tmpl, conv = family.weights[tmpl]
@@ -203,12 +139,13 @@ def load_hf(path: str, dtype=jnp.float32, param_dtype=None) -> Transformer:
     ours = tuple(var.get_value().shape)
     if key not in tensors.keys():
       raise ValueError(f"checkpoint is missing {key!r} (for {'/'.join(map(str, p))}, "
-                       f"expected shape {conv.hf_shape(ours)})")
+                       f"expected shape {conv.hf_shape(ours)}) in {path!r}")
     arr = tensors.get(key)
     want = conv.hf_shape(ours)
     if tuple(arr.shape) != want:
       raise ValueError(f"checkpoint {key!r} has shape {tuple(arr.shape)}, expected {want} "
-                       f"(our {'/'.join(map(str, p))} is {ours})")
+                       f"(our {'/'.join(map(str, p))} is {ours}; in {tensors.file(key)}, "
+                       "config.json disagrees with the weights)")
     var.set_value(jnp.asarray(conv.to_ours(arr, ours).astype(cfg.params_dtype)))
     used.add(key)
   ignore = list(family.ignore)
@@ -218,5 +155,6 @@ def load_hf(path: str, dtype=jnp.float32, param_dtype=None) -> Transformer:
                  if k not in used and not any(re.fullmatch(pat, k) for pat in ignore))
   if extra:
     raise ValueError(f"checkpoint has unexpected keys {extra[:8]}"
-                     f"{' ...' if len(extra) > 8 else ''} ({len(extra)} in all)")
+                     f"{' ...' if len(extra) > 8 else ''} ({len(extra)} in all, first in "
+                     f"{tensors.file(extra[0])}) for {family.name} as config.json describes it")
   return nnx.merge(graphdef, state)

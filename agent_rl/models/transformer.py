@@ -1,14 +1,18 @@
-"""The policy decoder: pre-norm transformer faithful to Qwen2/Qwen2.5 and Llama-3.
+"""The policy decoder: pre-norm transformer faithful to Qwen2/Qwen2.5, Llama-3, Qwen3, Gemma 3.
 
 Architecture of Touvron et al., 2023 (Llama) as used by Qwen2 (Yang et al., 2024,
 arXiv:2407.10671): embedding -> N x [x + attn(rms(x)); x + swiglu(rms(x))] -> rms -> lm_head.
+Qwen3 adds q/k norms; Gemma 3 (arXiv:2503.19786) also scales the embedding by sqrt(E), norms
+each sublayer's output before its residual add, uses GeGLU and interleaves sliding-window
+layers (their own RoPE base) with global ones. Each block knows its layer type; the masks
+and RoPE tables are built once per call and per type, and shared by the blocks of that type.
 Positions are explicit (left/right padding and multi-turn appends keep correct RoPE phases).
 `apply` runs one of three paths (full / cached block / decode); the functional API in
 `agent_rl.models.inference` wraps them over `(graphdef, state)`.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -23,14 +27,34 @@ from agent_rl.parallel.rules import constrain
 
 
 class Block(nnx.Module):
-  """x + attn(attn_norm(x)), then x + mlp(mlp_norm(x))."""
+  """x + attn(attn_norm(x)), then x + mlp(mlp_norm(x)); with `cfg.post_norms` each sublayer
+  output goes through its own norm (post_attn_norm, post_mlp_norm) before the add.
 
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+  layer_type: 'full' or 'sliding' (selects the mask and RoPE table the caller passes).
+  """
+
+  def __init__(self, cfg: ModelConfig, layer_type: str = "full", *, rngs: nnx.Rngs):
     kw = dict(dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, rngs=rngs)
-    self.attn_norm = RMSNorm(cfg.hidden, eps=cfg.rms_eps, **kw)
+    norm = lambda: RMSNorm(cfg.hidden, eps=cfg.rms_eps, plus_one=cfg.norm_plus_one, **kw)
+    self.layer_type = layer_type
+    self.post_norms = cfg.post_norms
+    self.attn_norm = norm()
     self.attn = Attention(cfg, rngs=rngs)
-    self.mlp_norm = RMSNorm(cfg.hidden, eps=cfg.rms_eps, **kw)
-    self.mlp = MLP(cfg.hidden, cfg.intermediate, **kw)
+    self.mlp_norm = norm()
+    self.mlp = MLP(cfg.hidden, cfg.intermediate, activation=cfg.mlp_activation,
+                   lora_cfg=cfg.lora, **kw)
+    if cfg.post_norms:
+      self.post_attn_norm = norm()
+      self.post_mlp_norm = norm()
+
+  def add_attn(self, x: jax.Array, y: jax.Array) -> jax.Array:
+    """x + y for the attention output y ([..., E]), y normed first with post_norms."""
+    return x + (self.post_attn_norm(y) if self.post_norms else y)
+
+  def add_mlp(self, x: jax.Array) -> jax.Array:
+    """x + mlp(mlp_norm(x)) ([..., E]), the MLP output normed first with post_norms."""
+    y = self.mlp(self.mlp_norm(x))
+    return x + (self.post_mlp_norm(y) if self.post_norms else y)
 
 
 class Transformer(nnx.Module):
@@ -42,9 +66,10 @@ class Transformer(nnx.Module):
       raise ValueError(f"Transformer needs a ModelConfig, got {type(cfg).__name__}")
     self.cfg = cfg
     kw = dict(dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, rngs=rngs)
-    self.embed = Embed(cfg.vocab_size, cfg.hidden, **kw)
-    self.layers = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
-    self.final_norm = RMSNorm(cfg.hidden, eps=cfg.rms_eps, **kw)
+    self.embed = Embed(cfg.vocab_size, cfg.hidden, scale=cfg.embed_scale, **kw)
+    self.layers = nnx.List([Block(cfg, cfg.layer_type(i), rngs=rngs)
+                            for i in range(cfg.num_layers)])
+    self.final_norm = RMSNorm(cfg.hidden, eps=cfg.rms_eps, plus_one=cfg.norm_plus_one, **kw)
     if not cfg.tie_embeddings:
       self.lm_head = make_param(rngs, dense_init(cfg.hidden), (cfg.hidden, cfg.vocab_size),
                                 ("embed", "vocab"), cfg.params_dtype)
@@ -59,8 +84,26 @@ class Transformer(nnx.Module):
     """hidden: [..., E] -> float32 logits [..., V] (one 2-D GEMM over the flattened rows)."""
     return dense(hidden, self.head_weight(), out_dtype=jnp.float32)
 
-  def _rope(self, positions):
-    return rope_cos_sin(positions, rope_inv_freq(self.cfg))
+  def _rope(self, positions) -> Dict[str, Tuple[jax.Array, jax.Array]]:
+    """positions [...] -> {layer type: (cos, sin) [..., D/2]} for the types in use."""
+    types = {blk.layer_type for blk in self.layers}
+    tables = {t: rope_cos_sin(positions, rope_inv_freq(self.cfg, t)) for t in sorted(types)}
+    if len(tables) == 2 and self.cfg.rope_local_theta is None:
+      tables["sliding"] = tables["full"]  # same frequencies: computed once
+    return tables
+
+  def _biases(self, mask: jax.Array, q_pos: jax.Array, k_pos: Optional[jax.Array]
+              ) -> Dict[str, jax.Array]:
+    """{layer type: additive bias} from the causal/valid `mask` [B, Q, S] (bool).
+
+    Sliding layers also need q_pos - k_pos < W, with q_pos [B, Q] and k_pos [B, S] the
+    positions of queries and key slots. Returns biases [B, 1, 1, Q, S] float32.
+    """
+    out = {"full": mask_to_bias(mask)[:, None, None]}
+    if self.cfg.has_sliding:
+      near = q_pos[:, :, None] - k_pos[:, None, :] < self.cfg.sliding_window
+      out["sliding"] = mask_to_bias(mask & near)[:, None, None]
+    return out
 
   def __call__(self, tokens: jax.Array, positions: Optional[jax.Array] = None,
                valid: Optional[jax.Array] = None) -> jax.Array:
@@ -89,34 +132,41 @@ class Transformer(nnx.Module):
                        f"cache {'None' if cache is None else 'given'}, rows {rows.shape}")
     _check_block(tokens, positions, valid)
     valid = valid.astype(jnp.bool_)
+    positions = positions.astype(jnp.int32)
     x = self.embed(tokens)
-    cos, sin = self._rope(positions)
+    ropes = self._rope(positions)
     l = tokens.shape[1]
     if cache is None:
       b = tokens.shape[0]
       causal = jnp.tril(jnp.ones((l, l), jnp.bool_))
-      bias = mask_to_bias(causal[None] & valid[:, None, :])[:, None, None]
+      biases = self._biases(causal[None] & valid[:, None, :], positions, positions)
       # Rows flattened to [B*L, E] through the blocks: 2-D GEMMs in forward and backward.
-      x, cos, sin = (a.reshape(b * l, a.shape[-1]) for a in (x, cos, sin))
+      x = x.reshape(b * l, -1)
+      ropes = {t: tuple(a.reshape(b * l, -1) for a in cs) for t, cs in ropes.items()}
+      run = _REMAT[self.cfg.remat]
       for blk in self.layers:
         # The residual stream is laid out by the rules: rows over data x fsdp.
         x = constrain(x, ("batch", "embed"))
-        x = x + blk.attn.full(blk.attn_norm(x), cos, sin, bias, b)
-        x = x + blk.mlp(blk.mlp_norm(x))
+        t = blk.layer_type
+        x = run(blk, x, *ropes[t], biases[t], b)
       x = x.reshape(b, l, -1)
       new_cache = None
     else:
       _check_cache(self.cfg, cache, tokens.shape[0])
       index = cache.index.astype(jnp.int32)
-      cvalid = jax.lax.dynamic_update_slice(cache.valid, valid, (jnp.zeros((), jnp.int32), index))
+      zero = jnp.zeros((), jnp.int32)
+      cvalid = jax.lax.dynamic_update_slice(cache.valid, valid, (zero, index))
+      cpos = (None if cache.pos is None else
+              jax.lax.dynamic_update_slice(cache.pos, positions, (zero, index)))
       slots = jnp.arange(cache.max_len, dtype=jnp.int32)
       # Query l of the block sits at slot index + l: it sees valid slots up to its own.
       causal = slots[None, :] <= index + jnp.arange(l, dtype=jnp.int32)[:, None]
-      bias = mask_to_bias(causal[None] & cvalid[:, None, :])[:, None, None]
+      biases = self._biases(causal[None] & cvalid[:, None, :], positions, cpos)
       x, ks, vs = self._cached_layers(
-          x, lambda blk, h, k, v, q_rows: blk.attn.cached(h, cos, sin, k, v, index, bias, q_rows),
+          x, lambda blk, h, k, v, q_rows: blk.attn.cached(
+              h, *ropes[blk.layer_type], k, v, index, biases[blk.layer_type], q_rows),
           cache, rows)
-      new_cache = KVCache(k=ks, v=vs, valid=cvalid, index=index + l)
+      new_cache = KVCache(k=ks, v=vs, valid=cvalid, index=index + l, pos=cpos)
       if rows is not None:
         x = x[:, 0]
     hidden = self.final_norm(x)
@@ -135,8 +185,7 @@ class Transformer(nnx.Module):
       y, kc, vc = attend(blk, blk.attn_norm(x), cache.k[i], cache.v[i], q_rows)
       if q_rows is not None:
         x = jnp.take_along_axis(x, q_rows[:, None, None], axis=1)
-      x = x + y
-      x = x + blk.mlp(blk.mlp_norm(x))
+      x = blk.add_mlp(blk.add_attn(x, y))
       ks.append(kc)
       vs.append(vc)
     return x, tuple(ks), tuple(vs)
@@ -156,17 +205,33 @@ class Transformer(nnx.Module):
       valid = jnp.ones((b,), jnp.bool_)
     valid = valid.astype(jnp.bool_)
     index = cache.index.astype(jnp.int32)
-    cvalid = jax.lax.dynamic_update_slice(cache.valid, valid[:, None],
-                                          (jnp.zeros((), jnp.int32), index))
+    positions = positions.astype(jnp.int32)
+    zero = jnp.zeros((), jnp.int32)
+    cvalid = jax.lax.dynamic_update_slice(cache.valid, valid[:, None], (zero, index))
+    cpos = (None if cache.pos is None else
+            jax.lax.dynamic_update_slice(cache.pos, positions[:, None], (zero, index)))
     # Slots past `index` were never written, hence invalid: no causal term needed.
-    bias = mask_to_bias(cvalid)[:, None, None, :]
+    biases = {t: bias[:, :, :, 0] for t, bias in
+              self._biases(cvalid[:, None, :], positions[:, None], cpos).items()}
     x = self.embed(tokens)
-    cos, sin = self._rope(positions)
+    ropes = self._rope(positions)
     x, ks, vs = self._cached_layers(
-        x, lambda blk, h, k, v, _: blk.attn.decode(h, cos, sin, k, v, index, bias), cache)
+        x, lambda blk, h, k, v, _: blk.attn.decode(h, *ropes[blk.layer_type], k, v, index,
+                                                    biases[blk.layer_type]), cache)
     hidden = self.final_norm(x)
-    new_cache = KVCache(k=ks, v=vs, valid=cvalid, index=index + 1)
+    new_cache = KVCache(k=ks, v=vs, valid=cvalid, index=index + 1, pos=cpos)
     return self.logits(hidden), hidden, new_cache
+
+
+def _full_block(blk: Block, x, cos, sin, bias, b: int):
+  """One block of the full (no-cache) path on the flattened rows x [B*L, E]."""
+  x = blk.add_attn(x, blk.attn.full(blk.attn_norm(x), cos, sin, bias, b))
+  return blk.add_mlp(x)
+
+
+# `config.model.remat` -> how the full path runs a block. "block" keeps only each block's
+# input for the backward and recomputes the rest (jax.checkpoint through nnx.remat).
+_REMAT = {"none": _full_block, "block": nnx.remat(_full_block, static_argnums=(5,))}
 
 
 def _check_block(tokens, positions, valid):
@@ -183,3 +248,7 @@ def _check_cache(cfg: ModelConfig, cache: KVCache, batch: int):
     raise ValueError(f"cache has {len(cache.k)} layers, model has {cfg.num_layers}")
   if cache.batch != batch:
     raise ValueError(f"cache batch {cache.batch} != tokens batch {batch}")
+  if cfg.has_sliding and (cache.pos is None or cache.pos.shape != cache.valid.shape):
+    raise ValueError("a model with sliding-window layers needs a cache with slot positions "
+                     f"pos {cache.valid.shape} (use init_cache), got "
+                     f"{None if cache.pos is None else cache.pos.shape}")

@@ -20,20 +20,14 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from agent_rl.parallel.rules import Rules, logical_to_spec
+from agent_rl.parallel.placement import local_size
+from agent_rl.parallel.rules import Rules
 
 GIB = 1024 ** 3
 
 
 class MemoryBudgetError(ValueError):
   """The estimated per-device memory exceeds `config.mesh.memory_budget_gib`."""
-
-
-def _parts(mesh: Mesh, entry) -> int:
-  if entry is None:
-    return 1
-  axes = (entry,) if isinstance(entry, str) else tuple(entry)
-  return math.prod(mesh.shape[a] for a in axes)
 
 
 def shard_bytes(shape, dtype, sharding) -> int:
@@ -54,30 +48,24 @@ def tree_bytes_per_device(tree: Any, shardings: Any = None) -> int:
   return sum(shard_bytes(x.shape, x.dtype, s) for x, s in zip(leaves, shs))
 
 
-def _local(n: int, mesh: Mesh, rules: Rules, name: str) -> int:
-  """Per-device size of a dimension of size n with logical `name` (ceil if it does not divide)."""
-  p = _parts(mesh, logical_to_spec((name,), rules)[0])
-  return -(-n // p) if n % p else n // p
-
-
 def kv_cache_bytes(model_cfg: Any, episodes: int, length: int, mesh: Mesh, rules: Rules,
                    dtype=np.float32) -> int:
   """Per-device bytes of the rollout KV cache: 2 x layers x [episodes, kv_heads, length, head_dim]."""
-  b = _local(episodes, mesh, rules, "batch")
-  kv = _local(model_cfg.num_kv_heads, mesh, rules, "kv_heads")
+  b = local_size(episodes, mesh, rules, "batch")
+  kv = local_size(model_cfg.num_kv_heads, mesh, rules, "kv_heads")
   return 2 * model_cfg.num_layers * b * kv * length * model_cfg.head_dim * np.dtype(dtype).itemsize
 
 
 def activation_bytes(model_cfg: Any, rows: int, length: int, mesh: Mesh, rules: Rules,
                      dtype=np.float32) -> int:
   """Estimated per-device activation bytes kept for backprop by one train step."""
-  b = _local(rows, mesh, rules, "batch")
+  b = local_size(rows, mesh, rules, "batch")
   tokens = b * length
   h, hd = model_cfg.hidden, model_cfg.head_dim
-  heads = _local(model_cfg.num_heads, mesh, rules, "heads")
-  kv = _local(model_cfg.num_kv_heads, mesh, rules, "kv_heads")
-  mlp = _local(model_cfg.intermediate, mesh, rules, "mlp")
-  vocab = _local(model_cfg.vocab_size, mesh, rules, "vocab")
+  heads = local_size(model_cfg.num_heads, mesh, rules, "heads")
+  kv = local_size(model_cfg.num_kv_heads, mesh, rules, "kv_heads")
+  mlp = local_size(model_cfg.intermediate, mesh, rules, "mlp")
+  vocab = local_size(model_cfg.vocab_size, mesh, rules, "vocab")
   per_token_layer = 4 * h + (2 * heads + 2 * kv) * hd + 3 * mlp
   scores = 2 * b * heads * length * length  # scores and probabilities
   per_layer = tokens * per_token_layer + scores
@@ -123,24 +111,6 @@ class MemoryReport:
           "train.minibatch_episodes.")
 
 
-def optimizer_shardings(opt_abstract: Any, params_shardings: Any, mesh: Mesh) -> Any:
-  """Shardings for an optax state: a leaf whose tree path ends with a parameter's path (the
-  mu/nu trees mirror the params) takes that parameter's sharding; others are replicated."""
-  from jax.sharding import NamedSharding, PartitionSpec
-  table = {tuple(str(k) for k in p): s for p, s in
-           jax.tree_util.tree_flatten_with_path(params_shardings)[0]}
-  rep = NamedSharding(mesh, PartitionSpec())
-
-  def one(path, _):
-    keys = tuple(str(k) for k in path)
-    for i in range(len(keys)):
-      if keys[i:] in table:
-        return table[keys[i:]]
-    return rep
-
-  return jax.tree_util.tree_map_with_path(one, opt_abstract)
-
-
 def report(*, mesh: Mesh, rules: Rules, params: Any, params_shardings: Any, optimizer: Any,
            opt_shardings: Any, model_cfg: Any, episodes: int, cache_len: int, rows: int,
            length: int, budget_gib: float = 0.0, dtype=np.float32) -> MemoryReport:
@@ -154,4 +124,4 @@ def report(*, mesh: Mesh, rules: Rules, params: Any, params_shardings: Any, opti
 
 
 __all__ = ["MemoryReport", "MemoryBudgetError", "report", "kv_cache_bytes", "activation_bytes",
-           "tree_bytes_per_device", "shard_bytes", "optimizer_shardings"]
+           "tree_bytes_per_device", "shard_bytes"]

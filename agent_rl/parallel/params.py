@@ -86,3 +86,20 @@ def init_sharded(make_model: Callable[[], nnx.Module], mesh: Mesh, rules: Rules,
   with mesh_rules(mesh, rules):
     state = jax.jit(init, out_shardings=shardings)()
   return graphdef, state
+
+
+def optimizer_shardings(opt_abstract: Any, params_shardings: Any, mesh: Mesh) -> Any:
+  """Shardings for an optax state: a leaf whose tree path ends with a parameter's path (the
+  mu/nu trees mirror the params) takes that parameter's sharding; others are replicated."""
+  table = {tuple(str(k) for k in p): s for p, s in
+           jax.tree_util.tree_flatten_with_path(params_shardings)[0]}
+  rep = NamedSharding(mesh, PartitionSpec())
+
+  def one(path, _):
+    keys = tuple(str(k) for k in path)
+    for i in range(len(keys)):
+      if keys[i:] in table:
+        return table[keys[i:]]
+    return rep
+
+  return jax.tree_util.tree_map_with_path(one, opt_abstract)

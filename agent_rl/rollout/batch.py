@@ -14,6 +14,13 @@ Turn level `[N, T]`:
   agent_id      i32   which agent acted at turn t (0 for single-agent runs).
   milestone     bool  env flagged a milestone reached at turn t.
   fatal         bool  the turn was an erroneous step (tool error / step_error flag).
+  agent_id, milestone and fatal are read from the env's `info` when it emits them (else 0).
+  extras        dict[str, [N, T]]: every other env `info` key, one column per key with the
+                env's dtype (e.g. FrozenLake's `fell`, the step limit's `truncated`, a
+                `question_index`, `prm_score`, `skill_injected`), and each reward term as
+                `reward_terms/<name>` f32 (names from `env.reward_names`, else the term's
+                index `reward_terms/0`, ...). Padded turns hold 0. Credit kernels read them
+                as `batch.extras["fell"]`; a pytree like the rest (empty dict when none).
 Token level `[N, L]`:
   tokens        i32   the token sequence (prompt, actions, observations, padding).
   loss_mask     f32   1.0 on policy-generated tokens only.
@@ -38,7 +45,8 @@ Per episode `[N]`:
 """
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+from typing import Dict, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
@@ -74,6 +82,8 @@ class EpisodeBatch:
   # rollout extras (added by the rollout room)
   attention_mask: Optional[jax.Array] = None
   sample_logprobs: Optional[jax.Array] = None
+  # turn-level env extras [N, T] (see the module docstring)
+  extras: Dict[str, jax.Array] = struct.field(default_factory=dict)
   segment_len: int = struct.field(pytree_node=False, default=0)
 
   @property
@@ -89,7 +99,8 @@ class EpisodeBatch:
     return self.tokens.shape[1]
 
 
-def from_turns(reward, valid, group_id, *, tokens_per_turn: int = 1, **turn_fields) -> EpisodeBatch:
+def from_turns(reward, valid, group_id, *, tokens_per_turn: int = 1,
+               extras: Optional[Mapping[str, jax.Array]] = None, **turn_fields) -> EpisodeBatch:
   """Builds an EpisodeBatch from turn-level arrays alone (tests, credit benchmarks).
 
   Each valid turn gets `tokens_per_turn` generated tokens laid out back to back, so token
@@ -101,6 +112,7 @@ def from_turns(reward, valid, group_id, *, tokens_per_turn: int = 1, **turn_fiel
     valid: `[N, T]` bool.
     group_id: `[N]` i32.
     tokens_per_turn: k, the number of token slots per turn.
+    extras: optional turn-level extras `{name: [N, T]}` (dtypes kept; see the docstring).
     **turn_fields: optional overrides of the other `[N, T]` fields (done, success, ...).
   """
   reward = jnp.asarray(reward, jnp.float32)
@@ -113,7 +125,15 @@ def from_turns(reward, valid, group_id, *, tokens_per_turn: int = 1, **turn_fiel
       done=done_default, success=zeros_b, valid_action=valid, milestone=zeros_b, fatal=zeros_b,
       state_hash=jnp.zeros((n, t), jnp.uint32), next_hash=jnp.zeros((n, t), jnp.uint32),
       agent_id=jnp.zeros((n, t), jnp.int32))
+  unknown = sorted(set(turn_fields) - {x.name for x in dataclasses.fields(EpisodeBatch)})
+  if unknown:
+    raise TypeError(f"from_turns got {unknown}, which are not EpisodeBatch fields; turn "
+                    f"fields: {sorted(f)} (put other env signals in extras=)")
   f.update({k: jnp.asarray(v) for k, v in turn_fields.items()})
+  ex = {k: jnp.asarray(v) for k, v in (extras or {}).items()}
+  for k, v in ex.items():
+    if v.shape != (n, t):
+      raise ValueError(f"from_turns extras[{k!r}] must be [N, T] = {(n, t)}, got {v.shape}")
   turn_of_token = jnp.repeat(jnp.arange(t), tokens_per_turn)  # [L]
   valid_tok = jnp.repeat(valid, tokens_per_turn, axis=1)  # [N, L]
   ln = t * tokens_per_turn
@@ -125,4 +145,4 @@ def from_turns(reward, valid, group_id, *, tokens_per_turn: int = 1, **turn_fiel
       position=jnp.broadcast_to(jnp.arange(ln, dtype=jnp.int32), (n, ln)),
       logprobs=jnp.zeros((n, ln), jnp.float32),
       group_id=jnp.asarray(group_id, jnp.int32),
-      episode_key=jnp.zeros((n, 2), jnp.uint32))
+      episode_key=jnp.zeros((n, 2), jnp.uint32), extras=ex)

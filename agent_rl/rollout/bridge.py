@@ -13,8 +13,15 @@ A host environment is a batched object with the obs/action token contract:
         -> obs_tokens [N, obs_len] int32, obs_length [N] int32, state_hash [N] uint32 | None
     step(action_tokens [N, action_len] int32, action_length [N] int32, active [N] bool)
         -> obs_tokens, obs_length, reward [N] f32, done [N] bool,
-           info {success, valid_action, state_hash [, milestone, fatal, agent_id]: [N]}
+           info {success, valid_action, state_hash [, milestone, fatal, agent_id, any
+                 extra key]: [N]; optional reward_terms: [N, K]}
    (rows with active False are finished episodes: their outputs are ignored.)
+    optional: reward_names (names of the reward terms); info_spec(action_len) -> the
+    batched info as ShapeDtypeStructs, called after reset.
+
+Info keys beyond the fixed ones become `EpisodeBatch.extras` exactly as in the compiled
+rollout. Without `info_spec` the extras are learned from the first step: the carry gains
+its extras columns then (act/observe compile once more for that structure).
 """
 from __future__ import annotations
 
@@ -26,8 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_rl.envs.base import Text
-from agent_rl.rollout.compiled import episode_keys, reset_groups
-from agent_rl.rollout.episode import EpisodeConfig, EpisodeLoop
+from agent_rl.rollout.compiled import episode_keys, info_spec, reset_groups
+from agent_rl.rollout.episode import EpisodeConfig, EpisodeLoop, action_length
 from agent_rl.rollout.layout import PromptPieces
 from agent_rl.rollout.policy import Policy
 
@@ -51,8 +58,20 @@ class JaxHostEnv:
     self._reset = jax.jit(reset_groups, static_argnums=(0, 3))
     self._step = jax.jit(jax.vmap(env.step))
     self._hash = jax.jit(jax.vmap(env.state_hash)) if hasattr(env, "state_hash") else None
+    self.reward_names = getattr(env, "reward_names", None)
+    self._specs: dict = {}
     self.state = None
     self.obs_len = None
+
+  def info_spec(self, action_len: int) -> dict:
+    """The batched info of one step from the current state (shapes only, nothing runs);
+    cached per state shapes, so a rollout does not re-trace env.step on the host."""
+    leaves = jax.tree.leaves(self.state)
+    key = (action_len, jax.tree.structure(self.state), tuple((x.shape, x.dtype) for x in leaves))
+    if key not in self._specs:
+      self._specs[key] = info_spec(jax.vmap(self.env.step), self.state, leaves[0].shape[0],
+                                   action_len)
+    return self._specs[key]
 
   def reset(self, tasks, reset_keys, group_size):
     self.state, obs = self._reset(self.env, tasks, jnp.asarray(reset_keys), group_size)
@@ -66,7 +85,7 @@ class JaxHostEnv:
     m = jnp.asarray(active)
     self.state = jax.tree.map(
         lambda a, b: jnp.where(m.reshape(m.shape + (1,) * (a.ndim - 1)), a, b), state, self.state)
-    info = {k: np.asarray(v) for k, v in info.items() if k != "reward_terms"}
+    info = {k: np.asarray(v) for k, v in info.items()}
     return (np.asarray(obs.tokens), np.asarray(obs.length), np.asarray(reward), np.asarray(done),
             info)
 
@@ -87,13 +106,16 @@ class HostRollout:
     self._jits: dict = {}
     self.timings: dict = {}
 
-  def _fns(self, n: int, obs_len: int):
-    if (n, obs_len) not in self._jits:
-      loop = EpisodeLoop(self.policy, self.env, self.cfg, self.pieces, n, obs_len)
-      self._jits[(n, obs_len)] = (
+  def _fns(self, n: int, obs_len: int, info: Optional[dict]):
+    """The loop and its jitted steps for these sizes and info keys (built once each)."""
+    key = (n, obs_len, None if info is None else
+           tuple(sorted((k, v.shape, str(v.dtype)) for k, v in info.items())))
+    if key not in self._jits:
+      loop = EpisodeLoop(self.policy, self.env, self.cfg, self.pieces, n, obs_len, info_spec=info)
+      self._jits[key] = (
           loop, jax.jit(loop.start), jax.jit(loop.act), jax.jit(loop.record),
           jax.jit(loop.observe), jax.jit(loop.finish))
-    return self._jits[(n, obs_len)]
+    return self._jits[key]
 
   def __call__(self, params, tasks, key):
     g = self.cfg.group_size
@@ -103,7 +125,9 @@ class HostRollout:
     n = obs_tok.shape[0]
     if n != n_tasks * g:
       raise ValueError(f"host env reset returned {n} episodes, expected n_tasks*G = {n_tasks * g}")
-    loop, start, act, record, observe, finish = self._fns(n, obs_tok.shape[1])
+    spec_fn = getattr(self.env, "info_spec", None)
+    spec = spec_fn(action_length(self.env, self.cfg)) if spec_fn is not None else None
+    loop, start, act, record, observe, finish = self._fns(n, obs_tok.shape[1], spec)
     dummy = jnp.zeros((n,), jnp.int32)  # the env state lives on the host
     obs = Text(jnp.asarray(obs_tok, jnp.int32), jnp.asarray(obs_len, jnp.int32))
     h0 = None if hash0 is None else jnp.asarray(hash0, jnp.uint32)
@@ -112,7 +136,7 @@ class HostRollout:
     carry = jax.block_until_ready(start(params, dummy, obs, ep_keys, h0))
     tm["observe"] += time.perf_counter() - t0
     for t in range(self.cfg.max_turns):
-      if not bool(np.any(np.asarray(carry["alive"]))):
+      if not bool(np.any(np.asarray(carry.alive))):
         break
       tt = jnp.int32(t)
       t0 = time.perf_counter()
@@ -124,6 +148,11 @@ class HostRollout:
       out = (dummy, Text(jnp.asarray(o_tok, jnp.int32), jnp.asarray(o_len, jnp.int32)),
              jnp.asarray(reward, jnp.float32), jnp.asarray(done, bool),
              {k: jnp.asarray(v) for k, v in info.items()})
+      if spec is None:  # learn the extras from the first step's info
+        spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in out[4].items()}
+        loop, _, act, record, observe, finish = self._fns(n, obs_tok.shape[1], spec)
+        carry = carry.replace(extras={k: jnp.zeros((n, self.cfg.max_turns), d)
+                                      for k, (_, _, d) in loop.extras.items()})
       carry = record(carry, tt, active, out)
       if t < self.cfg.max_turns - 1:
         carry = jax.block_until_ready(observe(params, carry, tt))

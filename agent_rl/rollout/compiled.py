@@ -21,7 +21,8 @@ import jax.numpy as jnp
 from agent_rl.envs.base import Text
 from agent_rl.rollout import search
 from agent_rl.rollout.batch import EpisodeBatch
-from agent_rl.rollout.episode import EpisodeConfig, EpisodeLoop
+from agent_rl.rollout.carry import EpisodeCarry
+from agent_rl.rollout.episode import EpisodeConfig, EpisodeLoop, action_length
 from agent_rl.rollout.layout import PromptPieces
 from agent_rl.rollout.policy import Policy
 
@@ -65,22 +66,24 @@ def make_rollout(policy: Policy, env: Any, cfg: EpisodeConfig, pieces: PromptPie
     n_tasks, g = _num_tasks(tasks), cfg.group_size
     reset_keys, ep_keys, group_id = episode_keys(key, n_tasks, g)
     state, obs = reset_groups(env, tasks, reset_keys, g)
-    loop = EpisodeLoop(policy, env, cfg, pieces, n_tasks * g, obs.tokens.shape[-1])
-    carry = loop.start(params, state, obs, ep_keys)
+    n = n_tasks * g
     step = jax.vmap(env.step)
+    loop = EpisodeLoop(policy, env, cfg, pieces, n, obs.tokens.shape[-1],
+                       info_spec=info_spec(step, state, n, action_length(env, cfg)))
+    carry = loop.start(params, state, obs, ep_keys)
     t_max = cfg.max_turns
 
     def turn(c, t):
       if cfg.search is None:
         c, action, active = loop.act(params, c, t)
-        out = step(c["env"], action)
+        out = step(c.env_state, action)
         c = loop.record(c, t, active, out)
       else:
         c = _search_turn(loop, params, c, t, step)
       return jax.lax.cond(t < t_max - 1, lambda c: loop.observe(params, c, t), lambda c: c, c)
 
     def body(c, t):
-      return jax.lax.cond(jnp.any(c["alive"]), turn, lambda c, t: c, c, t), None
+      return jax.lax.cond(jnp.any(c.alive), turn, lambda c, t: c, c, t), None
 
     carry, _ = jax.lax.scan(body, carry, jnp.arange(t_max))
     return loop.finish(carry, group_id, ep_keys)
@@ -88,19 +91,26 @@ def make_rollout(policy: Policy, env: Any, cfg: EpisodeConfig, pieces: PromptPie
   return jax.jit(rollout) if jit else rollout
 
 
-def _search_turn(loop: EpisodeLoop, params, c: dict, t, step):
+def info_spec(step: Callable, state: Any, n: int, action_len: int) -> dict:
+  """The batched `info` of `step(state, action)` as ShapeDtypeStructs (nothing runs)."""
+  sds = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)
+  action = Text(jax.ShapeDtypeStruct((n, action_len), jnp.int32),
+                jax.ShapeDtypeStruct((n,), jnp.int32))
+  return jax.eval_shape(step, jax.tree.map(sds, state), action)[4]
+
+
+def _search_turn(loop: EpisodeLoop, params, c: EpisodeCarry, t, step):
   """One TSR turn: clone rows into candidates, act and step all, keep the chosen ones."""
   cfg = loop.cfg.search
   n, k = loop.n, cfg.num_candidates
-  keys, was_alive = c["keys"], c["alive"]
+  keys, was_alive = c.sample_keys, c.alive
   ce, cand = search.expand(c, n, k)
   big = _Resized(loop, n * k)
   ce, action, active = big.act(params, ce, t, cand)
-  ce = big.record(ce, t, active, step(ce["env"], action))
-  reward = ce["turns"]["reward"][:, t]
+  ce = big.record(ce, t, active, step(ce.env_state, action))
+  reward = ce.turns.reward[:, t]
   c, _ = search.select(ce, reward, jnp.repeat(was_alive, k), n, loop.cfg.group_size, cfg)
-  c["keys"] = keys  # each slot keeps its own key stream, whatever its parent was
-  return c
+  return c.replace(sample_keys=keys)  # each slot keeps its own key stream, whatever its parent
 
 
 class _Resized(EpisodeLoop):

@@ -10,16 +10,10 @@ Group sampling (GRPO, Shao et al. 2024; RAGEN's env groups): `tasks` has a leadi
 dimension of n_tasks; each task is reset once and copied to G members (same task, same
 initial state), so N = n_tasks * G, `group_id = episode // G`, members contiguous.
 
-History modes (`EpisodeConfig.history`), both on the packed history buffer of layout.py:
-  "concat"  the episode is one sequence; the KV cache carries across turns and each
-            observation block is appended by prefill. Positions count real tokens only.
-            Budget `max_context` (real tokens, 0 = the static maximum): an episode whose
-            next turn would not fit ends there (`truncated`, counted in the metrics).
-  "window"  verl-agent's step-independent mode: turn t is its own sample whose context is
-            first + the last `window_turns` turns + the current observation, truncated to
-            `window_tokens` by dropping the oldest turns (dropped turns are counted). Each
-            turn prefills a fresh cache. Token arrays are `[N, T * Lw]`, sample t at
-            `[:, t*Lw:(t+1)*Lw]` (`EpisodeBatch.segment_len = Lw`).
+History (`EpisodeConfig.history`): "concatenated" (one sequence and one KV cache per
+episode) or "windowed" (each turn its own sample over the last turns); the two layouts are
+small classes in history.py, chosen once per loop. The carry is a typed record
+(carry.py: `EpisodeCarry`); env info keys beyond the fixed ones become turn-level extras.
 
 The per-turn steps (`EpisodeLoop.start/act/record/observe/finish`) are shared with the host
 bridge (bridge.py), which runs the same functions with a Python environment in between.
@@ -29,7 +23,7 @@ Rollout strategies that act inside the loop: the selective gate (gate.py) and TS
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
@@ -37,16 +31,15 @@ import jax.numpy as jnp
 from agent_rl.envs.base import Text, fingerprint
 from agent_rl.rollout import layout
 from agent_rl.rollout.batch import EpisodeBatch
+from agent_rl.rollout.carry import EpisodeCarry, TurnRecord, extra_columns, extra_values
 from agent_rl.rollout.gate import GateConfig, gate_groups
+from agent_rl.rollout.history import HISTORY
+from agent_rl.rollout.layout import TokenBuffer
 from agent_rl.rollout.policy import Policy
-from agent_rl.rollout.sampler import SamplerConfig, generate
+from agent_rl.rollout.sampler import SamplerConfig
 
-HISTORY_MODES = ("concat", "window")
-_TURN_FIELDS = dict(reward=jnp.float32, done=bool, valid=bool, success=bool, valid_action=bool,
-                    state_hash=jnp.uint32, next_hash=jnp.uint32, agent_id=jnp.int32,
-                    milestone=bool, fatal=bool)
-_BUF = dict(tokens=jnp.int32, loss_mask=jnp.float32, turn_index=jnp.int32,
-            logprobs=jnp.float32, sample_logprobs=jnp.float32)
+HISTORY_MODES = ("concatenated", "windowed")   # the layouts registered in history.py
+assert set(HISTORY_MODES) == set(HISTORY.names()), HISTORY.names()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,10 +63,12 @@ class SearchConfig:
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeConfig:
+  """One rollout's configuration. history: "concatenated" | "windowed" (history.py), with
+  window_turns / window_tokens for windowed and max_context for concatenated history."""
   sampler: SamplerConfig = SamplerConfig()
   max_turns: int = 5
   group_size: int = 1
-  history: str = "concat"
+  history: str = "concatenated"
   window_turns: int = 2
   window_tokens: int = 0
   max_context: int = 0
@@ -82,7 +77,8 @@ class EpisodeConfig:
 
   def __post_init__(self):
     if self.history not in HISTORY_MODES:
-      raise ValueError(f"EpisodeConfig.history must be one of {HISTORY_MODES}, got {self.history!r}")
+      raise ValueError(f"EpisodeConfig.history must be one of {HISTORY_MODES}, "
+                       f"got {self.history!r}")
     for f in ("max_turns", "group_size"):
       if getattr(self, f) < 1:
         raise ValueError(f"EpisodeConfig.{f} must be >= 1, got {getattr(self, f)}")
@@ -93,41 +89,39 @@ class EpisodeConfig:
       raise ValueError(f"EpisodeConfig.gate.turn ({self.gate.turn}) > max_turns ({self.max_turns})")
 
 
+
+def action_length(env: Any, cfg: EpisodeConfig) -> int:
+  """Tokens of the action the env reads: `env.action_len`, else the sampler's max_tokens."""
+  return int(getattr(env, "action_len", None) or cfg.sampler.max_tokens)
+
+
 def _where(mask, new, old):
   return jax.tree.map(lambda a, b: jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b),
                       new, old)
 
 
 class EpisodeLoop:
-  """Static sizes plus the per-turn functions of one rollout configuration (pure methods)."""
+  """Static sizes plus the per-turn functions of one rollout configuration (pure methods).
+
+  info_spec: the env's batched info `{key: array or ShapeDtypeStruct [N, ...]}` (compiled.py
+  takes it from `jax.eval_shape` of env.step); it fixes the extras columns of the carry.
+  """
 
   def __init__(self, policy: Policy, env: Any, cfg: EpisodeConfig, pieces: layout.PromptPieces,
-               num_episodes: int, obs_len: int):
+               num_episodes: int, obs_len: int, info_spec: Optional[Mapping[str, Any]] = None):
     self.policy, self.env, self.cfg, self.pieces = policy, env, cfg, pieces
     self.n, self.o = num_episodes, obs_len
     self.t, self.a = cfg.max_turns, cfg.sampler.max_tokens
     self.s, self.h, self.p = len(pieces.first), len(pieces.header), len(pieces.turn_prefix)
     self.bf, self.bo = self.s + self.o + self.h, self.p + self.o + self.h
     self.hist = self.bf + self.t * self.a + (self.t - 1) * self.bo  # slots of a full episode
-    self.concat = cfg.history == "concat"
     self.pad = pieces.pad_id
-    self.action_len = int(getattr(env, "action_len", None) or self.a)
-    if self.concat:
-      self.lb = min(self.hist, cfg.max_context) if cfg.max_context else self.hist
-      if self.lb < self.bf + self.a:
-        raise ValueError(f"EpisodeConfig.max_context={cfg.max_context} cannot hold the first "
-                         f"prompt and one action ({self.bf + self.a} tokens)")
-    else:
-      self.lb = self.hist
-      k = min(cfg.window_turns, self.t - 1)
-      self.lw = cfg.window_tokens or self.s + k * (self.bo + self.a) + self.bo + self.a
-      self.ctx = self.lw - self.a
-      if self.s + self.bo > self.ctx:
-        raise ValueError(f"EpisodeConfig.window_tokens={cfg.window_tokens} cannot hold the first "
-                         f"prompt, one observation and one action ({self.s + self.bo + self.a})")
+    self.action_len = action_length(env, cfg)
+    self.history = HISTORY.get(cfg.history)(self)
+    self.extras = extra_columns(info_spec or {}, num_episodes, getattr(env, "reward_names", None))
 
   # -- pieces of the policy ----------------------------------------------------------------
-  def _decode(self, params):
+  def decode_fn(self, params):
     pol = self.policy
 
     def decode(tok, pos, cache, valid):
@@ -135,7 +129,7 @@ class EpisodeLoop:
       return logits, cache
     return decode
 
-  def _prefill_last(self, params, tok, pos, valid, length, cache):
+  def prefill_last(self, params, tok, pos, valid, length, cache):
     """Prefills a block; returns the logits `[N, V]` at each row's last block token."""
     rows = jnp.maximum(length - 1, 0)
     if self.policy.prefill_rows:
@@ -154,182 +148,117 @@ class EpisodeLoop:
 
   # -- the loop ----------------------------------------------------------------------------
   def start(self, params, state, obs: Text, keys: jax.Array,
-            hash0: Optional[jax.Array] = None) -> dict:
-    """Writes the first prompt (and prefills it in concat mode). `hash0 [N]` overrides the
-    initial state fingerprint (host environments report their own)."""
+            hash0: Optional[jax.Array] = None) -> EpisodeCarry:
+    """Writes the first prompt (the concatenated layout prefills it). `hash0 [N]` overrides
+    the initial state fingerprint (host environments report their own)."""
     n, t = self.n, self.t
-    buf = {k: jnp.full((n, self.lb), self.pad if k == "tokens" else (-1 if k == "turn_index" else 0), d)
-           for k, d in _BUF.items()}
     on = jnp.ones((n,), bool)
     tok, valid, length = layout.pack_block(self.pieces.first, obs.tokens, obs.length,
                                            self.pieces.header, on, self.pad)
     zero = jnp.zeros((n,), jnp.int32)
-    buf = layout.write_block(buf, zero, self._obs_channels(tok), length)
-    c = dict(env=state, obs_tok=obs.tokens.astype(jnp.int32), obs_len=obs.length.astype(jnp.int32),
-             buf=buf, cursor=length, turn_start=jnp.zeros((n, t), jnp.int32).at[:, 0].set(self.s),
-             turns={k: jnp.zeros((n, t), d) for k, d in _TURN_FIELDS.items()},
-             sym=jnp.zeros((n, t), jnp.uint32), alive=on, truncated=~on, cut=~on,
-             score=jnp.zeros((n,), jnp.float32), nturns=zero, dropped=zero, dropped_samples=zero,
-             budget_hit=zero, hash=self._hash0(state, obs) if hash0 is None else hash0, keys=keys,
-             decode_steps=jnp.zeros((), jnp.int32))
-    if self.concat:
-      pos = jnp.broadcast_to(jnp.arange(self.bf, dtype=jnp.int32), (n, self.bf))
-      c["logits"], c["cache"] = self._prefill_last(params, tok, pos, valid, length,
-                                                   self.policy.cache(n, self.hist))
-    else:
-      c["seg"] = {k: jnp.full((n, t, self.lw), self.pad if k == "tokens" else
-                              (-1 if k == "turn_index" else 0), d)
-                  for k, d in dict(_BUF, attention_mask=bool).items()}
-    return c
+    history = layout.write_block(TokenBuffer.empty((n, self.history.buffer_len), self.pad), zero,
+                                 TokenBuffer.prompt(tok), length)
+    return EpisodeCarry(
+        env_state=state, obs=Text(obs.tokens.astype(jnp.int32), obs.length.astype(jnp.int32)),
+        history=history, cursor=length,
+        turn_start=jnp.zeros((n, t), jnp.int32).at[:, 0].set(self.s),
+        turns=TurnRecord.zeros(n, t),
+        extras={k: jnp.zeros((n, t), d) for k, (_, _, d) in self.extras.items()},
+        action_symbols=jnp.zeros((n, t), jnp.uint32), alive=on, context_truncated=~on,
+        gate_cut=~on, episode_return=jnp.zeros((n,), jnp.float32), num_turns=zero,
+        window_dropped_turns=zero, window_truncated_samples=zero, action_budget_hit=zero,
+        state_hash=self._hash0(state, obs) if hash0 is None else hash0, sample_keys=keys,
+        decode_steps=jnp.zeros((), jnp.int32),
+        layout=self.history.start(self, params, tok, valid, length))
 
-  def _obs_channels(self, tok):
-    z = jnp.zeros(tok.shape, jnp.float32)
-    return dict(tokens=tok, loss_mask=z, turn_index=jnp.full(tok.shape, -1, jnp.int32),
-                logprobs=z, sample_logprobs=z)
-
-  def act(self, params, carry: dict, t, cand: Optional[jax.Array] = None):
+  def act(self, params, carry: EpisodeCarry, t, cand: Optional[jax.Array] = None):
     """Generates turn t's action. Returns (carry, action Text [N, action_len], active [N])."""
-    c = dict(carry)
-    active = c["alive"]
-    if self.concat and self.cfg.max_context:
-      fits = c["cursor"] + self.a <= self.lb
-      c["truncated"] = c["truncated"] | (active & ~fits)
-      active = active & fits
-    keys = jax.vmap(jax.random.fold_in, (0, None))(c["keys"], t)
+    c, active = self.history.act_budget(self, carry, carry.alive)
+    keys = jax.vmap(jax.random.fold_in, (0, None))(c.sample_keys, t)
     if cand is not None:
       keys = jax.vmap(jax.random.fold_in)(keys, cand)
-    decode = self._decode(params)
-    if self.concat:
-      gen, c["cache"] = generate(decode, c["logits"], c["cache"], c["cursor"], active, keys,
-                                 self.cfg.sampler, self.pad)
-    else:
-      j0, dropped = layout.window_start(c["turn_start"], c["cursor"], t, self.cfg.window_turns,
-                                        self.s, self.ctx)
-      ctx, cvalid, clen = layout.window_context(c["buf"]["tokens"], c["turn_start"], c["cursor"],
-                                                j0, self.s, self.ctx, self.pad)
-      pos = jnp.broadcast_to(jnp.arange(self.ctx, dtype=jnp.int32), (self.n, self.ctx))
-      last, cache = self._prefill_last(params, ctx, pos, cvalid, clen,
-                                       self.policy.cache(self.n, self.lw))
-      gen, _ = generate(decode, last, cache, clen, active, keys, self.cfg.sampler, self.pad)
-      c["seg"] = self._write_segment(c["seg"], t, ctx, clen, gen, active)
-      c["dropped"] = c["dropped"] + jnp.where(active, dropped, 0)
-      c["dropped_samples"] = c["dropped_samples"] + (active & (dropped > 0))
-    block = dict(tokens=gen.tokens, loss_mask=gen.valid.astype(jnp.float32),
-                 turn_index=jnp.where(gen.valid, t, -1).astype(jnp.int32),
-                 logprobs=gen.logp_raw, sample_logprobs=gen.logp_sample)
-    c["buf"] = layout.write_block(c["buf"], c["cursor"], block, gen.length)
-    c["cursor"] = c["cursor"] + gen.length
-    c["budget_hit"] = c["budget_hit"] + (active & ~gen.stopped)
-    c["decode_steps"] = c["decode_steps"] + gen.steps
+    c, gen = self.history.generate(self, params, c, t, active, keys)
+    block = TokenBuffer(tokens=gen.tokens, loss_mask=gen.valid.astype(jnp.float32),
+                        turn_index=jnp.where(gen.valid, t, -1).astype(jnp.int32),
+                        logprobs=gen.logp_raw, sample_logprobs=gen.logp_sample)
     # The env reads the action without its stop token.
     alen = gen.length - gen.stopped.astype(jnp.int32)
     atok = jnp.where(jnp.arange(self.a)[None, :] < alen[:, None], gen.tokens, self.pad)
-    c["sym"] = c["sym"].at[:, t].set(jax.vmap(fingerprint)(atok, alen))
+    c = c.replace(
+        history=layout.write_block(c.history, c.cursor, block, gen.length),
+        cursor=c.cursor + gen.length,
+        action_budget_hit=c.action_budget_hit + (active & ~gen.stopped),
+        decode_steps=c.decode_steps + gen.steps,
+        action_symbols=c.action_symbols.at[:, t].set(jax.vmap(fingerprint)(atok, alen)))
     if self.action_len >= self.a:
       atok = jnp.pad(atok, ((0, 0), (0, self.action_len - self.a)), constant_values=self.pad)
     else:
       atok, alen = atok[:, :self.action_len], jnp.minimum(alen, self.action_len)
     return c, Text(tokens=atok, length=alen), active
 
-  def _write_segment(self, seg, t, ctx, clen, gen, active):
-    s = jnp.arange(self.lw)[None, :]
-    ctx_full = jnp.pad(ctx, ((0, 0), (0, self.a)), constant_values=self.pad)
-    in_ctx = (s < clen[:, None]) & active[:, None]
-    in_act = (s >= clen[:, None]) & (s < (clen + gen.length)[:, None]) & active[:, None]
-    ai = jnp.clip(s - clen[:, None], 0, self.a - 1)
-    take = lambda x: jnp.take_along_axis(x, ai, axis=1)
-    vals = dict(
-        tokens=jnp.where(in_ctx, ctx_full, jnp.where(in_act, take(gen.tokens), self.pad)),
-        loss_mask=in_act.astype(jnp.float32),
-        turn_index=jnp.where(in_act, t, -1).astype(jnp.int32),
-        logprobs=jnp.where(in_act, take(gen.logp_raw), 0.0),
-        sample_logprobs=jnp.where(in_act, take(gen.logp_sample), 0.0),
-        attention_mask=in_ctx | in_act)
-    return {k: seg[k].at[:, t].set(v.astype(seg[k].dtype)) for k, v in vals.items()}
-
-  def record(self, carry: dict, t, active: jax.Array, out) -> dict:
+  def record(self, carry: EpisodeCarry, t, active: jax.Array, out) -> EpisodeCarry:
     """Stores turn t's env outcome `(state, obs, reward, done, info)` for the active rows."""
     state, obs, reward, done, info = out
-    c = dict(carry)
-    m = active
-    c["env"] = _where(m, state, c["env"])
-    c["obs_tok"] = jnp.where(m[:, None], obs.tokens.astype(jnp.int32), c["obs_tok"])
-    c["obs_len"] = jnp.where(m, obs.length.astype(jnp.int32), c["obs_len"])
+    c, m = carry, active
+    unknown = sorted(set(extra_columns(info, self.n, getattr(self.env, "reward_names", None)))
+                     - set(self.extras))
+    if unknown:
+      raise ValueError(f"env info emits {unknown}, absent when the rollout was built; every "
+                       "step must emit the same info keys")
     zb = jnp.zeros((self.n,), bool)
-    new = dict(reward=reward, done=done, valid=m, success=info["success"],
-               valid_action=info["valid_action"], state_hash=c["hash"],
-               next_hash=info["state_hash"], agent_id=info.get("agent_id", jnp.zeros((self.n,), jnp.int32)),
-               milestone=info.get("milestone", zb), fatal=info.get("fatal", zb))
-    c["turns"] = {k: c["turns"][k].at[:, t].set(jnp.where(m, new[k], 0).astype(d))
-                  for k, d in _TURN_FIELDS.items()}
-    c["hash"] = jnp.where(m, info["state_hash"].astype(jnp.uint32), c["hash"])
-    c["alive"] = m & ~done.astype(bool)
-    c["nturns"] = c["nturns"] + m
-    c["score"] = c["score"] + jnp.where(m, reward, 0.0)
+    fixed = dict(reward=reward, done=done, valid=m, success=info["success"],
+                 valid_action=info["valid_action"], state_hash=c.state_hash,
+                 next_hash=info["state_hash"],
+                 agent_id=info.get("agent_id", jnp.zeros((self.n,), jnp.int32)),
+                 milestone=info.get("milestone", zb), fatal=info.get("fatal", zb))
+    extras = {k: c.extras[k].at[:, t].set(jnp.where(m, v, 0).astype(c.extras[k].dtype))
+              for k, v in extra_values(info, self.extras).items()}
+    c = c.replace(
+        env_state=_where(m, state, c.env_state),
+        obs=Text(jnp.where(m[:, None], obs.tokens.astype(jnp.int32), c.obs.tokens),
+                 jnp.where(m, obs.length.astype(jnp.int32), c.obs.length)),
+        turns=c.turns.write(t, m, fixed), extras=extras,
+        state_hash=jnp.where(m, info["state_hash"].astype(jnp.uint32), c.state_hash),
+        alive=m & ~done.astype(bool), num_turns=c.num_turns + m,
+        episode_return=c.episode_return + jnp.where(m, reward, 0.0))
     if self.cfg.gate is not None:
-      cut_g, _, _ = gate_groups(c["sym"], c["nturns"], self.cfg.group_size, self.cfg.gate)
+      cut_g, _, _ = gate_groups(c.action_symbols, c.num_turns, self.cfg.group_size, self.cfg.gate)
       cut = jnp.repeat(cut_g, self.cfg.group_size) & (t == self.cfg.gate.turn - 1)
-      c["cut"] = c["cut"] | cut
-      c["alive"] = c["alive"] & ~cut
+      c = c.replace(gate_cut=c.gate_cut | cut, alive=c.alive & ~cut)
     return c
 
-  def observe(self, params, carry: dict, t) -> dict:
+  def observe(self, params, carry: EpisodeCarry, t) -> EpisodeCarry:
     """Appends the observation that follows turn t (call only for t < max_turns - 1)."""
-    c = dict(carry)
-    active = c["alive"]
-    if self.concat and self.cfg.max_context:
-      need = self.p + c["obs_len"] + self.h + self.a
-      fits = c["cursor"] + need <= self.lb
-      c["truncated"] = c["truncated"] | (active & ~fits)
-      active = active & fits
-      c["alive"] = active
-    tok, valid, length = layout.pack_block(self.pieces.turn_prefix, c["obs_tok"], c["obs_len"],
+    c, active = self.history.observe_budget(self, carry, carry.alive)
+    tok, valid, length = layout.pack_block(self.pieces.turn_prefix, c.obs.tokens, c.obs.length,
                                            self.pieces.header, active, self.pad)
-    c["turn_start"] = c["turn_start"].at[:, t + 1].set(c["cursor"])
-    c["buf"] = layout.write_block(c["buf"], c["cursor"], self._obs_channels(tok), length)
-    if self.concat:
-      pos = c["cursor"][:, None] + jnp.arange(self.bo, dtype=jnp.int32)[None, :]
-      last, c["cache"] = self._prefill_last(params, tok, pos, valid, length, c["cache"])
-      c["logits"] = jnp.where(active[:, None], last, c["logits"])
-    c["cursor"] = c["cursor"] + length
-    return c
+    return c.replace(
+        turn_start=c.turn_start.at[:, t + 1].set(c.cursor),
+        history=layout.write_block(c.history, c.cursor, TokenBuffer.prompt(tok), length),
+        layout=self.history.observe(self, params, c, tok, valid, length, active),
+        cursor=c.cursor + length)
 
-  def finish(self, c: dict, group_id: jax.Array, episode_keys: jax.Array):
+  def finish(self, c: EpisodeCarry, group_id: jax.Array, episode_keys: jax.Array):
     """The EpisodeBatch and rollout metrics (cut groups get a zero loss mask)."""
-    keep = (~c["cut"]).astype(jnp.float32)
-    if self.concat:
-      b = c["buf"]
-      slots = jnp.arange(self.lb, dtype=jnp.int32)[None, :]
-      attn = slots < c["cursor"][:, None]
-      tok = dict(tokens=b["tokens"], loss_mask=b["loss_mask"] * keep[:, None],
-                 turn_index=b["turn_index"], logprobs=b["logprobs"],
-                 sample_logprobs=b["sample_logprobs"], attention_mask=attn,
-                 position=jnp.broadcast_to(slots, attn.shape))
-      seg_len = 0
-    else:
-      s = c["seg"]
-      flat = lambda x: x.reshape(self.n, self.t * self.lw)
-      tok = {k: flat(v) for k, v in s.items()}
-      tok["loss_mask"] = tok["loss_mask"] * keep[:, None]
-      tok["position"] = jnp.broadcast_to(jnp.tile(jnp.arange(self.lw, dtype=jnp.int32), self.t),
-                                         tok["tokens"].shape)
-      seg_len = self.lw
-    turns = c["turns"]
-    batch = EpisodeBatch(**turns, **tok, group_id=group_id.astype(jnp.int32),
-                         episode_key=episode_keys.astype(jnp.uint32), segment_len=seg_len)
+    keep = (~c.gate_cut).astype(jnp.float32)
+    tok = self.history.token_fields(self, c, keep)
+    batch = EpisodeBatch(**c.turns.as_dict(), **tok, extras=dict(c.extras),
+                         group_id=group_id.astype(jnp.int32),
+                         episode_key=episode_keys.astype(jnp.uint32),
+                         segment_len=self.history.segment_len)
     f32 = lambda x: jnp.asarray(x, jnp.float32)
     metrics = {
         "rollout/episodes": f32(self.n),
-        "rollout/gen_tokens": jnp.sum(c["buf"]["loss_mask"]),
-        "rollout/turns_mean": jnp.mean(f32(c["nturns"])),
-        "rollout/return_mean": jnp.mean(c["score"]),
-        "rollout/success": jnp.mean(f32(jnp.any(turns["success"], axis=1))),
-        "rollout/done_frac": jnp.mean(f32(jnp.any(turns["done"], axis=1))),
-        "rollout/context_truncated": jnp.sum(f32(c["truncated"])),
-        "rollout/window_dropped_turns": jnp.sum(f32(c["dropped"])),
-        "rollout/window_truncated_samples": jnp.sum(f32(c["dropped_samples"])),
-        "rollout/action_budget_hit": jnp.sum(f32(c["budget_hit"])),
-        "rollout/gate_cut_episodes": jnp.sum(f32(c["cut"])),
-        "rollout/decode_steps": f32(c["decode_steps"]),
+        "rollout/gen_tokens": jnp.sum(c.history.loss_mask),
+        "rollout/turns_mean": jnp.mean(f32(c.num_turns)),
+        "rollout/return_mean": jnp.mean(c.episode_return),
+        "rollout/success": jnp.mean(f32(jnp.any(c.turns.success, axis=1))),
+        "rollout/done_frac": jnp.mean(f32(jnp.any(c.turns.done, axis=1))),
+        "rollout/context_truncated": jnp.sum(f32(c.context_truncated)),
+        "rollout/window_dropped_turns": jnp.sum(f32(c.window_dropped_turns)),
+        "rollout/window_truncated_samples": jnp.sum(f32(c.window_truncated_samples)),
+        "rollout/action_budget_hit": jnp.sum(f32(c.action_budget_hit)),
+        "rollout/gate_cut_episodes": jnp.sum(f32(c.gate_cut)),
+        "rollout/decode_steps": f32(c.decode_steps),
     }
     return batch, metrics

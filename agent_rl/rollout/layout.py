@@ -14,15 +14,44 @@ token arrays from the env, actions as generated ids. Nothing is ever re-tokenize
 In the compiled graph every piece is a fixed-size block whose real tokens are packed to
 the front (`pack_block`); a per-row cursor then scatters them into a packed history
 buffer (`write_block`), so the stored sequence has no holes and positions are slot indices.
-All functions act on a batch of rows `[B, ...]`.
+All functions act on a batch of rows `[B, ...]`; token channels travel as a `TokenBuffer`.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Tuple
+from typing import Any, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
+from flax import struct
+
+
+@struct.dataclass
+class TokenBuffer:
+  """Token channels of a buffer, `[B, L]` (or `[B, T, Lw]` for windowed samples).
+
+  Names and meanings are the EpisodeBatch's token-level fields (batch.py).
+  """
+  tokens: jax.Array           # i32, pad id where empty
+  loss_mask: jax.Array        # f32, 1 on policy-generated tokens
+  turn_index: jax.Array       # i32, -1 for prompt / observation / padding
+  logprobs: jax.Array         # f32 behaviour log-probs
+  sample_logprobs: jax.Array  # f32 log-probs under the sampling distribution
+  attention_mask: Optional[jax.Array] = None  # bool (windowed samples only)
+
+  @classmethod
+  def empty(cls, shape: Tuple[int, ...], pad_id: int, attention: bool = False) -> "TokenBuffer":
+    z = jnp.zeros(shape, jnp.float32)
+    return cls(tokens=jnp.full(shape, pad_id, jnp.int32), loss_mask=z,
+               turn_index=jnp.full(shape, -1, jnp.int32), logprobs=z, sample_logprobs=z,
+               attention_mask=jnp.zeros(shape, bool) if attention else None)
+
+  @classmethod
+  def prompt(cls, tokens: jax.Array) -> "TokenBuffer":
+    """Channels of a prompt / observation block: no loss, no turn, zero log-probs."""
+    z = jnp.zeros(tokens.shape, jnp.float32)
+    return cls(tokens=tokens, loss_mask=z, turn_index=jnp.full(tokens.shape, -1, jnp.int32),
+               logprobs=z, sample_logprobs=z)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,9 +69,25 @@ class PromptPieces:
       raise ValueError("PromptPieces.first must hold at least one token")
 
 
-def chat_pieces(tokenizer: Any, instruction: str, system: str = "You are a helpful agent."
-                ) -> PromptPieces:
-  """The ChatML pieces for `instruction` (usually `env.instruction`)."""
+def chat_pieces(tokenizer: Any, instruction: str, system: str | None = "You are a helpful agent.",
+                **template_kwargs) -> PromptPieces:
+  """The prompt pieces for `instruction` (usually `env.instruction`).
+
+  A tokenizer with a `chat_template` (a Hugging Face checkpoint's, `agent_rl.tokenizers.load_hf`)
+  gets the pieces of its own template, cut from a rendered probe conversation and verified
+  against the rendering (`agent_rl.tokenizers.chat.prompt_pieces`; `template_kwargs` such as
+  `enable_thinking=False` go to the template); the policy's stop token is then the template's
+  turn end (`prompt_pieces(...).turn_end_id`). Other tokenizers get the ChatML pieces above.
+  """
+  if getattr(tokenizer, "chat_template", None):
+    from agent_rl.tokenizers import chat   # host-only; keeps jinja2 off the compiled path
+    p = chat.prompt_pieces(tokenizer, instruction, system, **template_kwargs)
+    return PromptPieces(first=p.first_ids, turn_prefix=p.turn_prefix_ids, header=p.header_ids,
+                        pad_id=tokenizer.pad_id)
+  if template_kwargs:
+    raise ValueError(f"template_kwargs {sorted(template_kwargs)} need a tokenizer with a "
+                     f"chat_template; {type(tokenizer).__name__} has none")
+  system = "You are a helpful agent." if system is None else system
   start, end = tokenizer.special("<|im_start|>"), tokenizer.special("<|im_end|>")
   enc = tokenizer.encode
   first = [start] + enc("system\n" + system) + [end] + enc("\n") + [start] + enc(
@@ -74,19 +119,17 @@ def pack_block(prefix: Tuple[int, ...], obs_tokens: jax.Array, obs_len: jax.Arra
   return jnp.where(valid, tok, pad_id), valid, length
 
 
-def write_block(buf: Mapping[str, jax.Array], cursor: jax.Array,
-                block: Mapping[str, jax.Array], length: jax.Array) -> dict:
-  """Scatters the first `length[b]` slots of each `[B, S]` block channel into `[B, Lb]`
-  buffers at `cursor[b]` (slots past the buffer end are dropped; callers budget first)."""
-  b, s = next(iter(block.values())).shape
-  lb = next(iter(buf.values())).shape[1]
+def write_block(buf: TokenBuffer, cursor: jax.Array, block: TokenBuffer,
+                length: jax.Array) -> TokenBuffer:
+  """Scatters the first `length[b]` slots of each `[B, S]` block channel into the `[B, Lb]`
+  buffer at `cursor[b]` (slots past the buffer end are dropped; callers budget first)."""
+  b, s = block.tokens.shape
+  lb = buf.tokens.shape[1]
   j = jnp.arange(s)[None, :]
   idx = jnp.where(j < length[:, None], cursor[:, None] + j, lb)
   rows = jnp.broadcast_to(jnp.arange(b)[:, None], (b, s))
-  out = dict(buf)
-  for name, val in block.items():
-    out[name] = buf[name].at[rows, idx].set(val.astype(buf[name].dtype), mode="drop")
-  return out
+  return jax.tree.map(lambda dst, val: dst.at[rows, idx].set(val.astype(dst.dtype), mode="drop"),
+                      buf, block)
 
 
 def gather_rows(buf: jax.Array, src: jax.Array, valid: jax.Array, fill) -> jax.Array:

@@ -17,6 +17,8 @@ optimizer / credit method applies unchanged. Finished rows expand to one live ca
 """
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -28,27 +30,29 @@ def _rows(tree, n: int, fn):
   return jax.tree.map(lambda x: fn(x) if (x.ndim >= 1 and x.shape[0] == n) else x, tree)
 
 
-def expand(carry: dict, n: int, k: int):
+def expand(carry: Any, n: int, k: int):
   """Clones each of the n rows k times: row i*k + c is candidate c of row i."""
   return _rows(carry, n, lambda x: jnp.repeat(x, k, axis=0)), jnp.tile(jnp.arange(k), n)
 
 
-def select(carry: dict, turn_reward: jax.Array, was_alive: jax.Array, n: int, group_size: int,
+def select(carry: Any, turn_reward: jax.Array, was_alive: jax.Array, n: int, group_size: int,
            cfg: SearchConfig):
   """Chooses n of the n*k expanded rows; returns the gathered carry and the chosen rows [n].
 
-  turn_reward: `[n*k]` reward of this turn per candidate; was_alive: `[n*k]` the row was
-  alive before the turn (its clones compete), carry["score"] holds cumulative returns.
+  carry: the expanded EpisodeCarry (any pytree with `episode_return [n*k]`, the cumulative
+  returns, and `env_state`, the states after the step); turn_reward: `[n*k]` reward of
+  this turn per candidate; was_alive: `[n*k]` the row was alive before the turn (its
+  clones compete).
   """
   k = cfg.num_candidates
   cand = jnp.tile(jnp.arange(k), n)
   bonus = 0.0
   if cfg.heuristic is not None:
-    bonus = jax.vmap(cfg.heuristic)(carry["env"]).astype(jnp.float32)
+    bonus = jax.vmap(cfg.heuristic)(carry.env_state).astype(jnp.float32)
   if cfg.mode == "best_of_n":
     score = turn_reward + bonus
   else:
-    score = carry["score"] + bonus
+    score = carry.episode_return + bonus
   score = jnp.where(was_alive | (cand == 0), score, -jnp.inf)
   if cfg.mode == "best_of_n":
     pick = jnp.argmax(score.reshape(n, k), axis=1)

@@ -5,6 +5,9 @@ A strategy has two hooks, either may be the identity:
   run(rollout_fn, params, tasks, key, **hp) -> (EpisodeBatch, metrics)
       batch-level strategies around any `rollout_fn(params, tasks, key)` (compiled or host)
 
+Both hooks get the same `config.rollout.strategy_kwargs`; `Strategy` hands each hook only the
+keywords it declares and rejects one neither declares (no `**_` swallowing typos).
+
     strat = STRATEGIES.get("dapo")
     fn = make_rollout(policy, env, strat.configure(cfg, **hp), pieces)
     batch, metrics = strat.run(fn, params, tasks, key, **hp)
@@ -32,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agent_rl.registry import Registry
+from agent_rl.registry import Registry, keyword_params
 from agent_rl.rollout.batch import EpisodeBatch
 from agent_rl.rollout.episode import EpisodeConfig, SearchConfig
 from agent_rl.rollout.gate import GateConfig
@@ -40,18 +43,40 @@ from agent_rl.rollout.gate import GateConfig
 STRATEGIES = Registry("rollout strategy")
 
 
-def _same(cfg: EpisodeConfig, **_) -> EpisodeConfig:
+def _same(cfg: EpisodeConfig) -> EpisodeConfig:
   return cfg
 
 
-def _once(rollout_fn, params, tasks, key, **_):
+def _once(rollout_fn, params, tasks, key):
   return rollout_fn(params, tasks, key)
 
 
 @dataclasses.dataclass(frozen=True)
 class Strategy:
-  configure: Callable[..., EpisodeConfig] = _same
-  run: Callable[..., Any] = _once
+  """A strategy's two hooks; `configure`/`run` pass each hook the keywords it takes."""
+  configure_fn: Callable[..., EpisodeConfig] = _same
+  run_fn: Callable[..., Any] = _once
+
+  def keyword_params(self) -> list[str] | None:
+    """The keywords of either hook (what `config.rollout.strategy_kwargs` may set); None if a
+    hook takes `**kwargs`."""
+    own = [keyword_params(f) for f in (self.configure_fn, self.run_fn)]
+    return None if None in own else sorted(set(own[0]) | set(own[1]))
+
+  def _own(self, fn: Callable, hp: dict) -> dict:
+    takes = self.keyword_params()
+    bad = [] if takes is None else sorted(set(hp) - set(takes))
+    if bad:
+      raise TypeError(f"rollout strategy takes no keyword {', '.join(map(repr, bad))}; it takes: "
+                      f"{', '.join(takes) or '(none)'}")
+    mine = keyword_params(fn)
+    return dict(hp) if mine is None else {k: v for k, v in hp.items() if k in mine}
+
+  def configure(self, cfg: EpisodeConfig, **hp) -> EpisodeConfig:
+    return self.configure_fn(cfg, **self._own(self.configure_fn, hp))
+
+  def run(self, rollout_fn, params, tasks, key, **hp):
+    return self.run_fn(rollout_fn, params, tasks, key, **self._own(self.run_fn, hp))
 
 
 def episode_returns(batch: EpisodeBatch) -> jax.Array:
@@ -83,8 +108,7 @@ def group_std(values: jax.Array, group_size: int) -> jax.Array:
   return jnp.std(v, axis=1, ddof=1)
 
 
-def starpo_s(rollout_fn, params, tasks, key, *, ratio: float = 0.25, filter_type: str = "std",
-             **_):
+def starpo_s(rollout_fn, params, tasks, key, *, ratio: float = 0.25, filter_type: str = "std"):
   batch, metrics = rollout_fn(params, tasks, key)
   g = _group_size(batch)
   n_groups = batch.num_episodes // g
@@ -115,7 +139,7 @@ def concat_batches(batches: list[EpisodeBatch]) -> EpisodeBatch:
 
 
 def dapo(rollout_fn, params, tasks, key, *, max_num_gen_batches: int = 10, metric: str = "return",
-         on_exhausted: str = "pad", **_):
+         on_exhausted: str = "pad"):
   if on_exhausted not in ("pad", "raise"):
     raise ValueError(f"dapo on_exhausted must be 'pad' or 'raise', got {on_exhausted!r}")
   kept, dropped, metrics0, g, target, i = [], [], None, 1, None, 0
@@ -144,19 +168,19 @@ def dapo(rollout_fn, params, tasks, key, *, max_num_gen_batches: int = 10, metri
 
 
 def _with_gate(cfg: EpisodeConfig, *, turn: int = 10, threshold: float = 0.12,
-               ended_frac: float = 0.9, **_) -> EpisodeConfig:
+               ended_frac: float = 0.9) -> EpisodeConfig:
   return dataclasses.replace(cfg, gate=GateConfig(turn=turn, threshold=threshold,
                                                   ended_frac=ended_frac))
 
 
 def _with_search(cfg: EpisodeConfig, *, mode: str = "best_of_n", num_candidates: int = 4,
-                 heuristic=None, **_) -> EpisodeConfig:
+                 heuristic=None) -> EpisodeConfig:
   return dataclasses.replace(cfg, search=SearchConfig(mode=mode, num_candidates=num_candidates,
                                                       heuristic=heuristic))
 
 
 STRATEGIES.register("plain", Strategy())
-STRATEGIES.register("starpo_s", Strategy(run=starpo_s))
-STRATEGIES.register("dapo", Strategy(run=dapo))
-STRATEGIES.register("selective_gate", Strategy(configure=_with_gate))
-STRATEGIES.register("tsr", Strategy(configure=_with_search))
+STRATEGIES.register("starpo_s", Strategy(run_fn=starpo_s))
+STRATEGIES.register("dapo", Strategy(run_fn=dapo))
+STRATEGIES.register("selective_gate", Strategy(configure_fn=_with_gate))
+STRATEGIES.register("tsr", Strategy(configure_fn=_with_search))

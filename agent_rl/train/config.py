@@ -1,12 +1,18 @@
 """The one base config of sane defaults; paper configs in configs/ are small deltas over it.
 
-`base_config()` returns an ml_collections ConfigDict whose fields are type-locked (a wrong
-type in `--config.x=y` fails at parse time, naming the field) and `validate(config)` checks
-values, registry names and sizes at start-up, before anything is compiled.
+`base_config()` returns an ml_collections ConfigDict whose fields are typed (a wrong type in
+`--config.x=y` fails at parse time, naming the field) and `validate(config)` checks fields
+(none unknown or missing), values, registry names, sizes and each registered function's
+kwargs against its signature at start-up, before anything is compiled. `scaled_config(arg,
+VARIANTS)` is what every `configs/*.py:get_config(arg)` starts from.
 """
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import ml_collections as mlc
+
+from agent_rl.train.variants import parse_variants
 
 
 def base_config() -> mlc.ConfigDict:
@@ -23,6 +29,10 @@ def base_config() -> mlc.ConfigDict:
       dtype="", param_dtype="",
       init_from="",  # a HF safetensors dir or an agent_rl checkpoint dir ("" = random init)
       critic="none",  # none | shared (value head on the policy trunk) | separate
+      # Learner log-probs from hidden states in chunks of this many tokens (rows x positions;
+      # memory ~chunk x V, not B x L x V); 0 materializes the logits (the benchmark's baseline).
+      logprob_chunk=256,
+      remat="none",  # none | block: recompute each decoder block in the backward (jax.checkpoint)
   ))
   c.tokenizer = mlc.ConfigDict(dict(
       path="",  # an existing sentencepiece .model; "" trains one on env text into workdir
@@ -44,6 +54,26 @@ def base_config() -> mlc.ConfigDict:
       kl_type="low_var_kl",
       kl_in_reward=0.0,  # > 0 subtracts beta * KL from turn rewards (fixed controller)
       value_coef=0.5, value_clip=0.5,
+      # The objective: registered loss terms (agent_rl.objective.terms), summed with their
+      # coefficients; a term with coefficient 0 is off. Terms: policy, entropy (-entropy_coef),
+      # kl (kl_coef), value (value_coef, with a critic), distill (distill.coef), sft (sft_coef:
+      # NLL of positive-advantage tokens), is_correction (truncated sampler IS, cap is_cap).
+      terms="policy,entropy,kl,value,distill,sft,is_correction",
+      sft_coef=0.0,
+      is_cap=0.0,  # > 0: TIS weights min(pi_old / q_sample, is_cap) on the policy loss
+      is_level="token",  # token | sequence
+      term_kwargs=mlc.ConfigDict(),  # free: coefficients/options of your own terms
+  ))
+  # Reward shapers applied to the batch before credit (agent_rl.objective.shapers), in order;
+  # each is off at coefficient 0: kl_in_reward (loss.kl_in_reward), overlong, reward_weights.
+  c.reward = mlc.ConfigDict(dict(
+      shapers="kl_in_reward,overlong,reward_weights",
+      kl_controller="fixed",  # fixed | adaptive (verl's controllers)
+      kl_target=0.1, kl_horizon=10000,  # adaptive controller
+      overlong_buffer=0,  # DAPO: tokens of the soft-penalty buffer (0 = off)
+      overlong_penalty=1.0,
+      overlong_max_length=0,  # 0 = rollout.max_turns * rollout.max_action_tokens
+      term_weights="",  # "success=1.0,format=0.5": reward = weighted env reward_terms
   ))
   c.optim = mlc.ConfigDict(dict(
       name="adamw", lr=3e-4, warmup_steps=0, schedule="constant", weight_decay=0.0,
@@ -71,11 +101,17 @@ def base_config() -> mlc.ConfigDict:
       num_devices=0,  # 0 = all devices; else the first n (single process: tests, elastic restore)
       memory_budget_gib=0.0,  # > 0 refuses configs whose estimated per-device peak exceeds it
   ))
+  c.log = mlc.ConfigDict(dict(
+      sinks="jsonl,tensorboard",  # comma list of agent_rl.metrics.SINKS: jsonl | tensorboard | wandb
+      wandb_project="", wandb_entity="",  # "" = wandb's defaults
+      wandb_mode="",  # "" = wandb's default / WANDB_MODE; online | offline | disabled
+      episodes=3,  # held-out episodes rendered as text before and after training
+  ))
   return c
 
 
 def validate(c: mlc.ConfigDict) -> None:
-  """Checks values and registry names; raises ValueError naming the field."""
+  """Checks fields, values, registry names and kwargs; raises ValueError naming the field."""
   from agent_rl import credit, envs, losses  # noqa: registries
   from agent_rl.models import PRESETS
   from agent_rl.models.config import DTYPES
@@ -84,10 +120,16 @@ def validate(c: mlc.ConfigDict) -> None:
     if not cond:
       raise ValueError(f"config.{field}: {msg}")
 
+  check_fields(c)
   need(c.model.preset in PRESETS, "model.preset",
        f"unknown preset {c.model.preset!r}; known: {', '.join(sorted(PRESETS))}")
   need(c.model.critic in ("none", "shared", "separate"), "model.critic",
        f"must be none|shared|separate, got {c.model.critic!r}")
+  lc = c.model.logprob_chunk
+  need(isinstance(lc, int) and not isinstance(lc, bool) and lc >= 0, "model.logprob_chunk",
+       f"must be an int >= 0 (0 = materialized logits), got {lc!r}")
+  from agent_rl.models.config import REMAT
+  need(c.model.remat in REMAT, "model.remat", f"must be {'|'.join(REMAT)}, got {c.model.remat!r}")
   for f in ("dtype", "param_dtype"):
     need(c.model[f] in ("", *DTYPES), f"model.{f}",
          f"must be one of {'|'.join(DTYPES)} (or '' for the preset's), got {c.model[f]!r}")
@@ -103,6 +145,8 @@ def validate(c: mlc.ConfigDict) -> None:
   from agent_rl.rollout.strategies import STRATEGIES
   need(c.rollout.strategy in STRATEGIES, "rollout.strategy",
        f"unknown rollout strategy {c.rollout.strategy!r}; known: {', '.join(STRATEGIES.names())}")
+  _validate_kwargs(c, need)
+  _validate_objective(c, need)
   need(c.rollout.history in ("concatenated", "windowed"), "rollout.history",
        f"must be concatenated|windowed, got {c.rollout.history!r}")
   for f in ("num_tasks", "group_size", "max_turns", "max_action_tokens"):
@@ -139,6 +183,89 @@ def validate(c: mlc.ConfigDict) -> None:
     need(os.path.isdir(c.model.init_from), "model.init_from",
          f"{c.model.init_from!r} is not a directory")
   _validate_mesh(c, need)
+  from agent_rl.metrics import check_log_config
+  check_log_config(c.log)
+
+
+# Keyword arguments the run passes to a registry's functions itself, not the config's to set:
+# envs get the tokenizer (train/setup.py); policy losses get the aggregation mode, the key,
+# turn indices, importance weights and the global token/sequence counts (train/step.py).
+_SUPPLIED = {
+    "env.kwargs": ("tokenizer",),
+    "loss.kwargs": ("loss_agg_mode", "key", "turn_index", "weights", "num_tokens", "num_seqs"),
+}
+# Credit kernels that read critic values (batch.values); until kernels declare their inputs
+# (issue 16 §3), this list is where a critic-needing kernel is named.
+_CRITIC_KERNELS = ("gae", "bilevel_gae")
+
+
+def _validate_kwargs(c: mlc.ConfigDict, need) -> None:
+  """Every `*kwargs` entry is a keyword its registered function takes (checked against the
+  function's signature); the KL estimator and the critic the credit kernel needs exist."""
+  from agent_rl import credit, envs, losses
+  from agent_rl.rollout.strategies import STRATEGIES
+  for field, registry, name, kwargs in (
+      ("env.kwargs", envs.ENVS, c.env.name, c.env.kwargs),
+      ("credit.kwargs", credit.CREDIT, c.credit.name, c.credit.kwargs),
+      ("loss.kwargs", losses.LOSSES, c.loss.name, c.loss.kwargs),
+      ("rollout.strategy_kwargs", STRATEGIES, c.rollout.strategy, c.rollout.strategy_kwargs)):
+    try:
+      registry.check_kwargs(name, dict(kwargs), f"config.{field}", _SUPPLIED.get(field, ()))
+    except ValueError as e:
+      # A config file's kwargs for its own choice outlive `--config.x.name=other`.
+      raise ValueError(f"{e} (--config.{field}='{{}}' first drops the config file's "
+                       "kwargs)") from None
+  kl = losses.KL_ESTIMATORS.names()
+  need(c.loss.kl_type in kl + [k + "+" for k in kl], "loss.kl_type",
+       f"unknown KL estimator {c.loss.kl_type!r}; known: {', '.join(kl)} (each also with a "
+       "straight-through '+', e.g. 'k1+')")
+  need(c.credit.name not in _CRITIC_KERNELS or c.model.critic != "none", "credit.name",
+       f"credit kernel {c.credit.name!r} needs critic values but config.model.critic is "
+       "'none'; set model.critic=shared|separate")
+
+
+def _validate_objective(c: mlc.ConfigDict, need) -> None:
+  """Loss terms and reward shapers exist; their coefficients make sense."""
+  from agent_rl.credit.shaping import KL_CONTROLLERS
+  from agent_rl.objective import shapers, terms
+  for f, fn in (("loss.terms", terms.term_names), ("reward.shapers", shapers.shaper_names)):
+    try:
+      fn(c)
+    except ValueError as e:
+      raise ValueError(str(e)) from None
+  need(c.loss.is_cap >= 0, "loss.is_cap", f"must be >= 0 (0 = off), got {c.loss.is_cap}")
+  need(c.loss.is_level in ("token", "sequence"), "loss.is_level",
+       f"must be token|sequence, got {c.loss.is_level!r}")
+  need(c.reward.kl_controller in KL_CONTROLLERS, "reward.kl_controller",
+       f"unknown KL controller {c.reward.kl_controller!r}; known: {', '.join(KL_CONTROLLERS.names())}")
+  need(c.reward.overlong_buffer >= 0, "reward.overlong_buffer", "must be >= 0")
+  try:
+    shapers.parse_weights(c.reward.term_weights)
+  except ValueError as e:
+    raise ValueError(str(e)) from None
+
+
+def _is_kwargs(key: str) -> bool:
+  return key == "kwargs" or key.endswith("_kwargs")
+
+
+def check_fields(c: mlc.ConfigDict, base: mlc.ConfigDict | None = None, path: str = "config"):
+  """Raises ValueError naming the first field of `c` that `base` (default `base_config()`)
+  lacks, or that `c` lacks: a typo in a config file or a `--config.x` override. The entries
+  of `kwargs` / `*_kwargs` dicts are free (they are checked against their function)."""
+  base = base_config() if base is None else base
+  extra = sorted(set(c.keys()) - set(base.keys()))
+  if extra:
+    raise ValueError(f"{path}.{extra[0]}: unknown field; {path} has: "
+                     f"{', '.join(sorted(base.keys()))}")
+  missing = sorted(set(base.keys()) - set(c.keys()))
+  if missing:
+    raise ValueError(f"{path}.{missing[0]}: missing (was {path} replaced by a dict?)")
+  for k in base.keys():
+    if isinstance(base[k], mlc.ConfigDict) and not _is_kwargs(k):
+      if not isinstance(c[k], mlc.ConfigDict):
+        raise ValueError(f"{path}.{k}: must be a block of fields, got {c[k]!r}")
+      check_fields(c[k], base[k], f"{path}.{k}")
 
 
 def _validate_mesh(c: mlc.ConfigDict, need) -> None:
@@ -174,11 +301,13 @@ def _validate_mesh(c: mlc.ConfigDict, need) -> None:
          f"{c.sft.batch_size} cannot be split over mesh data x fsdp = {parts}")
 
 
-def scaled_config(arg: str | None):
-  """(config, variant set) for `get_config(arg)`: `tiny` (default, one CPU) or `full`."""
-  args = set((arg or "tiny").split(","))
+def scaled_config(arg: str | None, variants: Mapping[str, Any] | None = None):
+  """(config, Variants) for `get_config(arg)`: the scale `tiny` (default, one CPU) or `full`,
+  plus the config's own `variants` (name -> default, see `agent_rl.train.variants`); an
+  unknown word in `arg` raises naming it and listing the known ones."""
+  args = parse_variants(arg, variants or {}, scales=("tiny", "full"))
   c = base_config()
-  c.scale = "full" if "full" in args else "tiny"
+  c.scale = args.scale
   if c.scale == "tiny":
     c.model.preset = "tiny"
     c.model.hidden, c.model.num_layers, c.model.num_heads = 128, 2, 4

@@ -16,7 +16,7 @@ import numpy as np
 
 from agent_rl.credit import Credit, token_advantages
 from agent_rl.rollout.batch import EpisodeBatch
-from agent_rl.train.step import Minibatch, shifted_logprobs
+from agent_rl.objective.minibatch import Minibatch
 
 
 def prepare(batch: EpisodeBatch, credit: Credit) -> Minibatch:
@@ -33,7 +33,8 @@ def prepare(batch: EpisodeBatch, credit: Credit) -> Minibatch:
   mb = Minibatch(tokens=batch.tokens, position=batch.position, attention_mask=attn,
                  loss_mask=mask, turn_index=batch.turn_index, old_logprobs=batch.logprobs,
                  advantages=adv, returns=ret, old_values=batch.values if ret is not None else None,
-                 ref_logprobs=batch.ref_logprobs, teacher_logprobs=batch.teacher_logprobs)
+                 ref_logprobs=batch.ref_logprobs, teacher_logprobs=batch.teacher_logprobs,
+                 sample_logprobs=batch.sample_logprobs)
   if batch.segment_len:
     s = batch.segment_len
     mb = jax.tree.map(lambda x: x.reshape(-1, s), mb)
@@ -78,15 +79,14 @@ def _rows(batch: EpisodeBatch):
 def critic_values(graphdef, params, batch: EpisodeBatch) -> jax.Array:
   """Rollout-time critic values `[N, L]` (V of each prefix) for GAE-family credit."""
   tok, pos, attn, shape = _rows(batch)
-  _, values = nnx.merge(graphdef, params)(tok, pos, attn)
+  values = nnx.merge(graphdef, params).values(tok, pos, attn)
   return (values * attn).reshape(shape)
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def reference_logprobs(lm_graphdef, ref_params, batch: EpisodeBatch) -> jax.Array:
   """Log-probs `[N, L]` of the batch's tokens under a frozen reference policy (for KL)."""
-  from agent_rl.models import forward  # the learner may run without the models room loaded
+  from agent_rl.train.policy import policy_token_stats  # pulls in the models room
   tok, pos, attn, shape = _rows(batch)
-  logits, _ = forward(lm_graphdef, ref_params, tok, pos, attn)
-  lp, _ = shifted_logprobs(logits, tok)
+  lp, _ = policy_token_stats(lm_graphdef, ref_params, tok, pos, attn)
   return (lp * attn).reshape(shape)

@@ -4,24 +4,56 @@ trunk, or a separate value model), and the pure `apply` the learner differentiat
 PPO's critic (Schulman et al., 2017) either shares the trunk (`critic="shared"`: one
 forward, value head on the final hidden state) or is a separate transformer of the same
 size (`critic="separate"`, as RAGEN/verl's PPO).
+
+The learner never sees logits: `token_stats` turns the final hidden states into per-token
+log-probs and entropies with `agent_rl.models.logprobs.shifted_token_stats`, chunked over the
+sequence (`logprob_chunk` tokens at a time, the config's `model.logprob_chunk`), so the train
+step's memory does not scale with length x vocabulary (issue 16 §5).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import jax
+import numpy as np
 from flax import nnx
 
 from agent_rl.models import ModelConfig, Transformer, ValueHead
+from agent_rl.models.logprobs import shifted_token_stats
+
+CRITICS = ("none", "shared", "separate")
+DEFAULT_LOGPROB_CHUNK = 256
+
+
+class TokenStats(NamedTuple):
+  """What the losses read from the policy, all `[B, L]` float32, token t scored by the
+  logits at t-1 (position 0 gets 0); `values[:, t]` is V of the prefix ending at t."""
+  logprobs: jax.Array
+  entropy: jax.Array
+  values: Optional[jax.Array]
+
+
+def check_logprob_chunk(chunk) -> int:
+  if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 0:
+    raise ValueError(f"config.model.logprob_chunk: must be an int >= 0 (0 = materialized "
+                     f"logits), got {chunk!r}")
+  return int(chunk)
 
 
 class ActorCritic(nnx.Module):
-  """`lm` is the policy; `value_head` / `critic_lm` exist only when a critic is configured."""
+  """`lm` is the policy; `value_head` / `critic_lm` exist only when a critic is configured.
 
-  def __init__(self, cfg: ModelConfig, critic: str = "none", *, rngs: nnx.Rngs):
-    if critic not in ("none", "shared", "separate"):
+  logprob_chunk: tokens per chunk of `token_stats` (0 materializes the [B,L,V]
+    logits: only the memory benchmark's baseline uses it). A static attribute: it lives in
+    the graphdef, so `make_apply(graphdef)` needs nothing else.
+  """
+
+  def __init__(self, cfg: ModelConfig, critic: str = "none", *,
+               logprob_chunk: int = DEFAULT_LOGPROB_CHUNK, rngs: nnx.Rngs):
+    if critic not in CRITICS:
       raise ValueError(f"config.model.critic: must be none|shared|separate, got {critic!r}")
     self.critic = critic
+    self.logprob_chunk = check_logprob_chunk(logprob_chunk)
     self.lm = Transformer(cfg, rngs=rngs)
     if critic == "separate":
       self.critic_lm = Transformer(cfg, rngs=rngs)
@@ -29,19 +61,50 @@ class ActorCritic(nnx.Module):
       self.value_head = ValueHead(cfg.hidden, rngs=rngs)
 
   def __call__(self, tokens, positions, valid) -> tuple[jax.Array, Optional[jax.Array]]:
-    """tokens/positions [B,L] i32, valid [B,L] bool -> logits [B,L,V] f32, values [B,L] | None."""
+    """tokens/positions [B,L] i32, valid [B,L] bool -> logits [B,L,V] f32, values [B,L] | None.
+
+    Materializes the logits: for inspection and evaluation, not for the train step."""
     logits, hidden, _ = self.lm.apply(tokens, positions, valid)
+    return logits, self._values(tokens, positions, valid, hidden)
+
+  def values(self, tokens, positions, valid) -> jax.Array:
+    """tokens/positions [B,L] i32, valid [B,L] bool -> critic values [B,L] f32."""
     if self.critic == "none":
-      return logits, None
+      raise ValueError("ActorCritic.values: config.model.critic is 'none' (no critic)")
+    hidden = None if self.critic == "separate" else self.lm.apply(tokens, positions, valid)[1]
+    return self._values(tokens, positions, valid, hidden)
+
+  def token_stats(self, tokens, positions, valid, *, with_entropy: bool = True) -> TokenStats:
+    """tokens/positions [B,L] i32, valid [B,L] bool -> TokenStats (no [B,L,V] logits kept:
+    the unused logits output of `Transformer.apply` is dead code under jit)."""
+    _, hidden, _ = self.lm.apply(tokens, positions, valid)
+    lp, ent = shifted_token_stats(hidden, self.lm.head_weight(), tokens,
+                                  chunk=self.logprob_chunk, with_entropy=with_entropy)
+    return TokenStats(lp, ent, self._values(tokens, positions, valid, hidden))
+
+  def _values(self, tokens, positions, valid, hidden) -> Optional[jax.Array]:
+    if self.critic == "none":
+      return None
     if self.critic == "separate":
-      _, hidden, _ = self.critic_lm.apply(tokens, positions, valid)
-    return logits, self.value_head(hidden)
+      hidden = self.critic_lm.apply(tokens, positions, valid)[1]
+    return self.value_head(hidden)
 
 
 def make_apply(graphdef):
-  """`apply(params, tokens, positions, valid) -> (logits, values)` for a split ActorCritic."""
+  """`apply(params, tokens, positions, valid) -> TokenStats` for a split ActorCritic."""
 
-  def apply(params, tokens, positions, valid):
-    return nnx.merge(graphdef, params)(tokens, positions, valid)
+  def apply(params, tokens, positions, valid) -> TokenStats:
+    return nnx.merge(graphdef, params).token_stats(tokens, positions, valid)
 
   return apply
+
+
+def policy_token_stats(lm_graphdef, lm_params, tokens, positions, valid, *,
+                       chunk: int = DEFAULT_LOGPROB_CHUNK, with_entropy: bool = False
+                       ) -> tuple[jax.Array, jax.Array]:
+  """(logprobs, entropy) [B, L] of a bare policy Transformer `(graphdef, params)` (reference
+  or teacher models), by the same chunked path as `ActorCritic.token_stats`."""
+  lm = nnx.merge(lm_graphdef, lm_params)
+  _, hidden, _ = lm.apply(tokens, positions, valid)
+  return shifted_token_stats(hidden, lm.head_weight(), tokens, chunk=chunk,
+                             with_entropy=with_entropy)

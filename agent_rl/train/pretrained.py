@@ -4,25 +4,25 @@
 A run writes its resolved config to `WORKDIR/config.json` at start-up, so a later run can
 rebuild the model from the workdir alone: preset and sizes from the config, vocabulary from
 the run's `tokenizer.model`, weights from the best-by-eval checkpoint when there is one,
-else the newest readable one (the RL weights once RL has started, else the SFT weights).
+else the newest readable one (`RunCheckpoint.restore_params`).
 Everything is restored straight onto the current mesh (shardings of the reader, not the writer).
 """
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import ml_collections as mlc
 from flax import nnx
 
 from agent_rl.parallel.params import state_shardings
-from agent_rl.train.checkpoint import Checkpointer
+from agent_rl.parallel.placement import Placement
+from agent_rl.train.checkpoint import RunCheckpoint
 from agent_rl.train.config import base_config
-from agent_rl.train.optim import make_optimizer
-from agent_rl.train.setup import model_config
-from agent_rl.train.sharding import Placement, abstract_state, abstract_train_state
+from agent_rl.train.setup import model_config, model_factory
+from agent_rl.train.state import state_spec
 
 CONFIG_FILE = "config.json"
 
@@ -63,26 +63,36 @@ def run_tokenizer_path(workdir: str) -> str:
   return c.tokenizer.path or os.path.join(workdir, "tokenizer.model")
 
 
-def load_run_policy(workdir: str, vocab_size: int, place: Placement) -> tuple[Any, Any, Any]:
-  """(model_cfg, lm_graphdef, lm params) of a finished or running agent_rl run, on `place`."""
+def checkpoint_dir(workdir: str) -> str:
+  return os.path.join(workdir, "checkpoints")
+
+
+class RunPolicy(NamedTuple):
+  model_cfg: Any
+  lm_graphdef: Any
+  params: Any  # the policy LM's params, on the reader's mesh
+  step: int  # the checkpoint step they come from
+  meta: dict  # that checkpoint's meta (phase, iteration, ...)
+
+
+def load_run_policy(workdir: str, vocab_size: int, place: Placement, *, which: str = "best"
+                    ) -> RunPolicy:
+  """The policy of a finished or running agent_rl run, on `place`:
+  the best-by-eval step (else the newest readable one; `which="latest"`: the newest). The one
+  path that restores a run's policy (evaluation, distillation teacher, `model.init_from`);
+  only the policy LM's params are read (no optimizer state, no critic)."""
   tc = load_run_config(workdir)
   mcfg = model_config(tc, vocab_size)
-  opt = make_optimizer(tc.optim, 1)  # only its state's structure matters for the restore
-  target = abstract_train_state(tc, mcfg, opt, place)
-  lm_graphdef = abstract_state(tc, mcfg, opt, place)[1]
-  for sub in ("checkpoint_best", "checkpoints"):
-    d = os.path.join(workdir, sub)
-    if not os.path.isdir(d):
-      continue
-    ck = Checkpointer(d, async_save=False)
-    try:
-      restored = ck.restore_latest({"rl": target, "sft": target})
-    finally:
-      ck.close()
-    if restored is not None:
-      _, states, meta = restored
-      return mcfg, lm_graphdef, states["rl" if meta.get("phase") == "rl" else "sft"].params["lm"]
-  raise FileNotFoundError(f"{workdir}: no readable checkpoint in checkpoint_best/ or checkpoints/")
+  spec = state_spec(model_factory(tc, mcfg), place)
+  d = checkpoint_dir(workdir)
+  if not os.path.isdir(d):
+    raise FileNotFoundError(f"{workdir}: no checkpoints/ directory")
+  ck = RunCheckpoint(d, async_save=False, read_only=True)
+  try:
+    restored = ck.restore_params(spec.abstract_params(lm_only=True), which=which, lm_only=True)
+  finally:
+    ck.close()
+  return RunPolicy(mcfg, spec.lm_graphdef, restored.params, restored.step, restored.meta)
 
 
 def load_hf_policy(path: str, model_cfg: Any, place: Placement) -> Any:
@@ -107,7 +117,7 @@ def init_from(c: mlc.ConfigDict, model_cfg: Any, place: Placement) -> Any:
   if os.path.exists(os.path.join(path, CONFIG_FILE)) and not os.path.exists(
       os.path.join(path, "model.safetensors")) and not os.path.exists(
       os.path.join(path, "model.safetensors.index.json")):
-    mcfg, _, params = load_run_policy(path, model_cfg.vocab_size, place)
+    mcfg, _, params, _, _ = load_run_policy(path, model_cfg.vocab_size, place)
     if mcfg != model_cfg:
       raise ValueError(f"config.model.init_from: the run in {path} has model {mcfg}, this run "
                        f"{model_cfg}")

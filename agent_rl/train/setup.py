@@ -15,7 +15,7 @@ import jax
 import ml_collections as mlc
 
 from agent_rl import envs, models
-from agent_rl.data.demos import sample_tasks
+from agent_rl.envs.tasks import sample_tasks
 from agent_rl.data.world_model import spa_plans
 from agent_rl.rollout.layout import PromptPieces, chat_pieces
 from agent_rl.tokenizers import ByteTokenizer, Tokenizer, train_tokenizer
@@ -78,6 +78,14 @@ def build(c: mlc.ConfigDict, workdir: str) -> Setup:
   return Setup(tokenizer=tok, env=env, pieces=pieces, model_cfg=mcfg)
 
 
+def model_factory(c: mlc.ConfigDict, model_cfg: models.ModelConfig):
+  """`() -> ActorCritic` of the run (policy LM + the configured critic), seeded by config.seed."""
+  from flax import nnx
+  from agent_rl.train.policy import ActorCritic
+  return lambda: ActorCritic(model_cfg, c.model.critic, logprob_chunk=int(c.model.logprob_chunk),
+                             rngs=nnx.Rngs(c.seed))
+
+
 def model_config(c: mlc.ConfigDict, vocab_size: int) -> models.ModelConfig:
   """The preset of `config.model` with its non-zero size / non-empty dtype overrides and the
   tokenizer's vocab."""
@@ -86,4 +94,5 @@ def model_config(c: mlc.ConfigDict, vocab_size: int) -> models.ModelConfig:
   if "hidden" in over and "num_heads" in over:
     over["head_dim"] = over["hidden"] // over["num_heads"]
   over.update({k: c.model[k] for k in ("dtype", "param_dtype") if c.model.get(k)})
+  over["remat"] = c.model.get("remat", "none")
   return models.get_preset(c.model.preset, vocab_size=vocab_size, **over)

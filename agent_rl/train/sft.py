@@ -19,11 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_rl import losses
-from agent_rl.data.demos import DemoBuilder, load_demos, prepare, sample_tasks
+from agent_rl.data.demos import DemoBuilder, load_demos, prepare
+from agent_rl.envs.tasks import sample_tasks
 from agent_rl.data.scripted import encode_plans, scripted_policy
 from agent_rl.data.world_model import spa_plans
 from agent_rl.rollout.compiled import rollout
-from agent_rl.train.step import Minibatch, shifted_logprobs
+from agent_rl.objective.minibatch import Minibatch
 
 # Demo task seeds live far from the RL stream and the eval seeds.
 DEMO_SEED_BASE = 1_000_000
@@ -62,9 +63,8 @@ def demo_rows(c, setup, ecfg, workdir: str) -> Minibatch:
 def make_sft_loss(apply_fn):
   def loss_fn(params, mb: Minibatch, key):
     del key
-    logits, _ = apply_fn(params, mb.tokens, mb.position, mb.attention_mask)
-    lp, _ = shifted_logprobs(logits, mb.tokens)
-    loss, m = losses.sft_loss(lp, mb.loss_mask)
+    stats = apply_fn(params, mb.tokens, mb.position, mb.attention_mask)
+    loss, m = losses.sft_loss(stats.logprobs, mb.loss_mask)
     return loss, {f"sft/{k}": v for k, v in m.items()} | {"sft/loss": loss}
   return loss_fn
 

@@ -190,13 +190,15 @@ def test_registered_length_and_token_kernels():
   np.testing.assert_allclose(got, want, **TOL)
   # ReMax: each turn sees its own and later valid rewards, minus the greedy baseline.
   b = rng.normal(size=len(gid))
-  out = credit.get("remax")(batch, reward_baselines=b)
+  n, t = batch.valid.shape
+  col = jnp.asarray(np.broadcast_to(b[:, None], (n, t)), jnp.float32)  # the env-free extra
+  out = credit.get("remax")(batch.replace(extras={"baseline_return": col}))
   rv = reward * valid
   want_g = np.array([[rv[i, t:].sum() for t in range(rv.shape[1])] for i in range(len(b))])
   np.testing.assert_allclose(out.turn, (want_g - b[:, None]) * valid, **TOL)
   np.testing.assert_allclose(out.returns, want_g * valid, **TOL)
-  with pytest.raises(ValueError, match="reward_baselines"):
-    credit.get("remax")(batch, reward_baselines=b[:3])
+  with pytest.raises(ValueError, match="baseline_return"):
+    credit.get("remax")(batch)  # no baseline rollout attached
 
 
 def test_registered_passk():

@@ -25,6 +25,15 @@ def turn(name, b, **kw):
   return np.asarray(credit.get(name)(b, **kw).turn)
 
 
+def with_extras(b, **extras):
+  """The batch with turn-level extras; `[N]` episode values are broadcast to `[N, T]`, as an
+  env emitting the same value on every turn would give."""
+  n, t = b.valid.shape
+  ex = {k: np.broadcast_to(np.asarray(v)[:, None], (n, t)) if np.ndim(v) == 1 else np.asarray(v)
+        for k, v in extras.items()}
+  return b.replace(extras={**b.extras, **{k: jax.numpy.asarray(v) for k, v in ex.items()}})
+
+
 @pytest.mark.parametrize("seed,norm", [(0, "mean_norm"), (1, "mean_std_norm")])
 def test_beacon_flags(seed, norm):
   f, gid, b = make(seed)
@@ -47,7 +56,7 @@ def test_beacon_ordered_list_matching():
   for i, a in enumerate(acts):
     valid[i, :len(a)] = True
   b = from_turns(np.zeros((3, 6)), valid, np.zeros(3, np.int32))
-  a = turn("beacon", b, segment_reward=rew, segment_id=seg)
+  a = turn("beacon", with_extras(b, segment_reward=rew, segment_id=seg))
   keys = {}
   for i, t in ref.rows_of(valid):
     keys.setdefault(int(seg[i, t]), []).append(rew[i, t])
@@ -56,7 +65,7 @@ def test_beacon_ordered_list_matching():
     want = 0.0 if len(vals) == 1 else rew[i, t] - np.mean(vals)
     np.testing.assert_allclose(a[i, t], want, atol=1e-5)
   with pytest.raises(ValueError, match="segment_reward"):
-    credit.get("beacon")(b, segment_reward=rew)
+    credit.get("beacon")(with_extras(b, segment_reward=rew))
 
 
 @pytest.mark.parametrize("group_by_agent", [True, False])
@@ -77,16 +86,18 @@ def test_uma():
   f, gid, b = make(4)
   rng = np.random.default_rng(9)
   q = np.where(rng.random(f["valid"].shape) < 0.5, rng.integers(1, 4, f["valid"].shape), 0).astype(np.int32)
-  np.testing.assert_allclose(turn("uma", b, question_index=q), ref.uma(f, gid, q), **TOL)
+  np.testing.assert_allclose(turn("uma", with_extras(b, question_index=q)), ref.uma(f, gid, q), **TOL)
   with pytest.raises(ValueError, match="question_index"):
-    credit.get("uma")(b, question_index=q[:, :2])
+    credit.get("uma")(b)  # the extra is missing
+  with pytest.raises(ValueError, match="question_index"):
+    credit.get("uma")(b.replace(extras={"question_index": jax.numpy.asarray(q[:, :2])}))
 
 
 @pytest.mark.parametrize("joint", [False, True])
 def test_pica(joint):
   f, gid, b = make(5)
   prm = np.random.default_rng(3).random(f["valid"].shape).astype(np.float32)
-  np.testing.assert_allclose(turn("pica", b, prm_scores=prm, joint=joint, gamma=0.9),
+  np.testing.assert_allclose(turn("pica", with_extras(b, prm_score=prm), joint=joint, gamma=0.9),
                              ref.pica(f, gid, prm, joint=joint, gamma=0.9), **TOL)
 
 
@@ -98,7 +109,9 @@ def test_fatal_aware(estimator):
   f["fatal"][3, :3] = True  # a cascade from turn 0: dropped episode (if it has 3 turns)
   b = from_turns(f["reward"], f["valid"], gid, **{k: v for k, v in f.items() if k not in ("reward", "valid")})
   abnormal = np.random.default_rng(1).random(len(gid)) < 0.3
-  c = credit.get("fatal_aware")(b, estimator=estimator, abnormal=abnormal)
+  # The env raises `abnormal` on the episode's last valid turn only (reduce="any" reads it).
+  last = f["valid"] & (np.cumsum(f["valid"], 1) == f["valid"].sum(1, keepdims=True))
+  c = credit.get("fatal_aware")(with_extras(b, abnormal=abnormal[:, None] & last), estimator=estimator)
   want, mask = ref.fatal_aware(f, gid, estimator=estimator, abnormal=abnormal)
   np.testing.assert_allclose(np.asarray(c.turn), want, **TOL)
   np.testing.assert_array_equal(np.asarray(c.mask), mask)
@@ -109,7 +122,7 @@ def test_fatal_aware(estimator):
 def test_skillc():
   f, gid, b = make(7)
   inj = np.random.default_rng(2).random(len(gid)) < 0.5
-  np.testing.assert_allclose(turn("skillc", b, skill_injected=inj, lam=0.7),
+  np.testing.assert_allclose(turn("skillc", with_extras(b, skill_injected=inj), lam=0.7),
                              ref.skillc(f, gid, inj, 0.7), **TOL)
 
 
@@ -119,15 +132,15 @@ def test_skill_r1():
   rng = np.random.default_rng(4)
   gen = rng.integers(0, 3, n).astype(np.int32)
   rr = rng.random((n, 5)).astype(np.float32)
-  np.testing.assert_allclose(turn("skill_r1", b, generation=gen, beta=0.5, rollout_rewards=rr),
+  np.testing.assert_allclose(turn("skill_r1", with_extras(b, generation=gen, skill_return=rr.mean(1)), beta=0.5),
                              ref.skill_r1(f, gid, gen, beta=0.5, rollout_rewards=rr), **TOL)
   parent = np.where(rng.random(n) < 0.5, rng.integers(0, n, n), -1).astype(np.int32)
-  np.testing.assert_allclose(turn("skill_r1", b, generation=gen, parent=parent),
+  np.testing.assert_allclose(turn("skill_r1", with_extras(b, generation=gen, parent=parent)),
                              ref.skill_r1(f, gid, gen, parent=parent), **TOL)
 
 
-def _skillc_traced(b, inj, lam):
-  return credit.get("skillc")(b, skill_injected=inj, lam=lam).turn
+def _skillc_traced(b, lam):
+  return credit.get("skillc")(b, lam=lam).turn
 
 
 def test_no_retrace_when_curriculum_lambda_changes():
@@ -135,4 +148,5 @@ def test_no_retrace_when_curriculum_lambda_changes():
   for seed, lam in [(0, 0.1), (1, 0.5)]:
     f, gid, b = make(seed)
     inj = np.arange(len(gid)) % 2 == 0
-    np.testing.assert_allclose(np.asarray(fn(b, inj, lam)), ref.skillc(f, gid, inj, lam), **TOL)
+    np.testing.assert_allclose(np.asarray(fn(with_extras(b, skill_injected=inj), lam)),
+                               ref.skillc(f, gid, inj, lam), **TOL)

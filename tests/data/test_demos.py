@@ -3,7 +3,8 @@ import jax
 import numpy as np
 
 from agent_rl import envs
-from agent_rl.data.demos import DemoBuilder, load_demos, prepare, sample_tasks
+from agent_rl.data.demos import DemoBuilder, load_demos, prepare
+from agent_rl.envs.tasks import sample_tasks
 from agent_rl.tokenizers import ByteTokenizer
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from agent_rl import envs
 from agent_rl.data import world_model as wm
-from agent_rl.data.demos import sample_tasks
+from agent_rl.envs.tasks import sample_tasks
 from agent_rl.envs.base import Text
 from agent_rl.eval.evaluate import episode_config
 from agent_rl.data.scripted import encode_plans, scripted_policy

@@ -142,7 +142,7 @@ def uses_allowed(lits, numbers, use_all):
 
 
 def answer_span(raw: bytes, max_len: int):
-  """text.py's rule: content between the first <answer> and the next </answer>, or None."""
+  """actions.py's rule: content between the first <answer> and the next </answer>, or None."""
   i = raw.find(b"<answer>")
   if i < 0:
     return None

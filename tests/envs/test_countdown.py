@@ -206,6 +206,8 @@ def test_multi_turn_feedback_and_absorbing_done():
   # Two wrong answers end the episode at max_turns without success.
   _, _, _, d, info = _step(ENV_ALL, s1, wrong)
   assert np.all(d) and not np.any(info["success"])
+  assert np.all(info["truncated"])                       # ended by the turn budget
+  assert not np.any(i1["truncated"] | i2["truncated"] | i3["truncated"])
 
 
 @pytest.fixture(scope="module")

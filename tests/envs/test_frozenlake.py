@@ -129,9 +129,12 @@ def test_invalid_turn_is_noop_with_penalty():
   step = jax.jit(env.step)
   state, _, r, done, info = step(state, turn_text("<answer>sideways</answer>"))
   assert not bool(info["valid_action"]) and int(state.pos) == 0 and float(r) == pytest.approx(-0.1)
-  assert not bool(done)
+  assert not bool(done) and not bool(info["truncated"])
   state, _, r, done, info = step(state, turn_text("Down"))
   assert bool(done) and int(state.steps) == 2   # max_steps reached by two invalid turns
+  assert bool(info["truncated"])
+  state, _, _, done, info = step(state, turn_text("Down"))   # a done state stays as it is
+  assert bool(done) and int(state.steps) == 2 and not bool(info["truncated"])
   with pytest.raises(ValueError, match="unknown letters"):
     env.task_from_map(["SFFF", "FXFH", "FFFH", "HFFG"])
 

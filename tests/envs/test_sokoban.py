@@ -77,11 +77,14 @@ def test_matches_python_rules_on_random_turns(env, tasks):
       fmt = rng.random()
       text = "<answer>" + " || ".join(names) + "</answer>" if fmt < 0.85 else " || ".join(names)
       valid = fmt < 0.85 and all(n.lower() in ("up", "down", "left", "right") for n in names[:2])
+      live = not ref.done
       want_r = ref.turn([n.lower() for n in names[:2]], valid)
       state, obs, r, done, info = step(state, turn_text(text))
       assert bool(info["valid_action"]) == valid, text
       np.testing.assert_allclose(float(r), want_r, atol=1e-5)
       assert bool(done) == ref.done and bool(info["success"]) == ref.solved()
+      # the step budget, not the level, ended a live episode this turn
+      assert bool(info["truncated"]) == (live and ref.done and not ref.solved())
       assert TOK.decode(np.asarray(obs.tokens)[:int(obs.length)]) == ref.render()
 
 

@@ -1,4 +1,5 @@
-"""Tests for agent_rl.envs.text against plain-Python references (str.join, bytes.split, re)."""
+"""Tests for the env text modules (render, byte_scan, actions) against plain-Python references
+(str.join, bytes.split, re)."""
 import re
 
 import chex
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, HealthCheck
 
-from agent_rl.envs import text
+from agent_rl.envs import actions, byte_scan, render
 from agent_rl.envs.base import Text
 from conftest import CharTokenizer
 
@@ -19,7 +20,7 @@ A_LEN = 48
 
 
 def ref_parse(raw: bytes, words, max_actions, max_answer_bytes):
-  """Plain-Python statement of the well-formedness rule in text.py's docstring."""
+  """Plain-Python statement of the well-formedness rule in actions.py's docstring."""
   i = raw.find(b"<answer>")
   if i < 0:
     return False, []
@@ -48,7 +49,7 @@ def test_compact_matches_join():
   for _ in range(20):
     vals = rng.integers(1, 50, size=(7, 4))
     lens = rng.integers(0, 5, size=(7,))
-    out, n = text.compact(jnp.asarray(vals), jnp.asarray(lens), 20, -1)
+    out, n = render.compact(jnp.asarray(vals), jnp.asarray(lens), 20, -1)
     ref = [int(v) for r, l in zip(vals, lens) for v in r[:l]][:20]
     assert int(n) == len(ref)
     np.testing.assert_array_equal(np.asarray(out)[:len(ref)], ref)
@@ -57,13 +58,13 @@ def test_compact_matches_join():
 
 def test_piece_table_render_decodes_to_join():
   pieces = ["#", "_", "P", "√", "\n", "State:\n", "10"]
-  table = text.PieceTable(TOK, pieces)
-  render = jax.jit(lambda ids, m: table.render(ids, 30, m))
+  table = render.PieceTable(TOK, pieces)
+  render_fn = jax.jit(lambda ids, m: table.render(ids, 30, m))
   rng = np.random.default_rng(1)
   for _ in range(10):
     ids = rng.integers(0, len(pieces), size=(9,))
     mask = rng.random(9) < 0.8
-    out = render(jnp.asarray(ids), jnp.asarray(mask))
+    out = render_fn(jnp.asarray(ids), jnp.asarray(mask))
     want = "".join(pieces[i] for i, m in zip(ids, mask) if m)
     assert TOK.decode(np.asarray(out.tokens)[:int(out.length)]) == want
     assert table.render_host([pieces[i] for i, m in zip(ids, mask) if m]) == TOK.encode(want)
@@ -73,15 +74,15 @@ def test_piece_table_render_decodes_to_join():
 
 
 def test_tables_hash_by_content():
-  a, b = text.PieceTable(TOK, ["a", "b"]), text.PieceTable(CharTokenizer(), ["a", "b"])
+  a, b = render.PieceTable(TOK, ["a", "b"]), render.PieceTable(CharTokenizer(), ["a", "b"])
   assert a == b and hash(a) == hash(b)
-  assert a != text.PieceTable(TOK, ["a", "c"])
+  assert a != render.PieceTable(TOK, ["a", "c"])
 
 
 def test_int_pieces():
   digit_ids = jnp.arange(10) + 100
   for v in (0, 7, 42, 905, 12345):
-    ids, mask = text.int_pieces(jnp.int32(v), digit_ids, 5)
+    ids, mask = render.int_pieces(jnp.int32(v), digit_ids, 5)
     assert [int(i) - 100 for i in np.asarray(ids)[np.asarray(mask)]] == [int(c) for c in str(v)]
 
 
@@ -105,7 +106,7 @@ def test_parser_examples(s, want):
   assert np.all(np.asarray(got.ids)[n:] == -1)
 
 
-_PARSE3 = jax.jit(text.ActionParser(TOK, WORDS, max_actions=3, max_answer_bytes=40).__call__)
+_PARSE3 = jax.jit(actions.ActionParser(TOK, WORDS, max_actions=3, max_answer_bytes=40).__call__)
 FRAGMENTS = ["<answer>", "</answer>", "up", "Up", "DOWN", "left", "Right", "north", " ", "|", "||",
              "\n", "x", "1", "<think>", "ans", "<", ">"]
 
@@ -127,7 +128,7 @@ def test_parser_fuzz_matches_reference(sample):
   assert list(np.asarray(got.ids)[:int(got.count)]) == want[1], raw
 
 
-_PARSER = text.ActionParser(TOK, WORDS, max_actions=2, max_answer_bytes=24)
+_PARSER = actions.ActionParser(TOK, WORDS, max_actions=2, max_answer_bytes=24)
 _PARSE = jax.jit(_PARSER.__call__)
 
 
@@ -140,8 +141,8 @@ def test_parser_garbage_tokens_never_crash():
 
 @jax.jit
 def _split_ints(b, n):
-  starts, lens, count = text.split_segments(b, n, max_segments=4)
-  vals, ok = text.parse_ints(text.segment_windows(b, starts, lens, 11), lens)
+  starts, lens, count = byte_scan.split_segments(b, n, max_segments=4)
+  vals, ok = byte_scan.parse_ints(byte_scan.segment_windows(b, starts, lens, 11), lens)
   return vals, ok, count
 
 
@@ -162,7 +163,7 @@ def test_parse_ints_matches_regex(parts):
 
 
 def test_parser_vmap_no_retrace():
-  parser = text.ActionParser(TOK, WORDS, max_actions=2)
+  parser = actions.ActionParser(TOK, WORDS, max_actions=2)
 
   @jax.jit
   @chex.assert_max_traces(n=1)

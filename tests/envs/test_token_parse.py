@@ -1,11 +1,16 @@
 """The token automaton (envs/token_parse.py) against the byte scanner and a plain-Python rule.
 
-Three tokenizers: character-level (tags are single tokens), byte-level, and a greedy
-longest-match tokenizer whose vocabulary has pieces that straddle tags, separators and words
-("er>up", "p||d", "</ans", " || "), so one token can close a tag, end a segment and start the
-next. Every fuzzed turn must give the same (valid, count, ids) on both paths and match
+Five tokenizers: character-level (tags are single tokens), byte-level, a greedy longest-match
+tokenizer whose vocabulary has pieces that straddle tags, separators and words ("er>up",
+"p||d", "</ans", " || "), so one token can close a tag, end a segment and start the next, and
+two Hugging Face byte-level BPEs (load_hf): a trained Qwen2-style one and a 40k-piece one of
+random merges (many classes, every kind of straddling piece). Every fuzzed turn must give the same (valid, count, ids) on both paths and match
 `ref_parse` (bytes.find / bytes.split / bytes.strip).
 """
+import os
+import tempfile
+import time
+
 import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
@@ -13,9 +18,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from agent_rl.envs import text, token_parse
+from agent_rl.envs import actions, render, token_parse
 from agent_rl.envs.base import Text
-from agent_rl.tokenizers import ByteTokenizer
+from agent_rl.tokenizers import ByteTokenizer, load_hf, synthetic_byte_level
+from tests.tokenizers.hf_fixtures import hf_dir
 from conftest import CharTokenizer
 from test_text import ref_parse
 
@@ -52,10 +58,19 @@ class MergeTokenizer:
     return t, np.array([len(r) for r in rows], np.int32)
 
 
-TOKENIZERS = {"char": CharTokenizer(), "byte": ByteTokenizer(), "merge": MergeTokenizer()}
+def _synthetic(vocab_size):
+  """A byte-level BPE (Qwen's format) of random merges: pieces straddle tags, words and "|"."""
+  out = os.path.join(tempfile.mkdtemp(prefix="synth_bpe_"), "tok")
+  return load_hf(synthetic_byte_level(out, vocab_size, seed=1, words=[
+      "up", "Down", "LEFT", "right", "<answer>", "</answer>", "||", " || ", "go on"]))
+
+
+# qwen: a trained Qwen2-style byte-level BPE (hf_fixtures); synth: 40k random-merge pieces.
+TOKENIZERS = {"char": CharTokenizer(), "byte": ByteTokenizer(), "merge": MergeTokenizer(),
+              "qwen": load_hf(hf_dir("qwen2")), "synth": _synthetic(40_000)}
 # (max_actions, max_answer_bytes) per tokenizer: one compile each keeps the room fast, and the
 # small byte budgets make the length limit bind on some fuzzed turns.
-CONFIGS = {"char": (2, 24), "byte": (1, 96), "merge": (3, 12)}
+CONFIGS = {"char": (2, 24), "byte": (1, 96), "merge": (3, 12), "qwen": (2, 20), "synth": (3, 16)}
 _FNS = {}
 
 
@@ -63,8 +78,8 @@ def _parsers(name, max_actions, max_answer_bytes):
   """(automaton parse, scanner parse), jitted over a batch; built once per configuration."""
   key = (name, max_actions, max_answer_bytes)
   if key not in _FNS:
-    p = text.ActionParser(TOKENIZERS[name], WORDS, max_actions=max_actions,
-                          max_answer_bytes=max_answer_bytes)
+    p = actions.ActionParser(TOKENIZERS[name], WORDS, max_actions=max_actions,
+                             max_answer_bytes=max_answer_bytes)
     assert p.automaton is not None
     _FNS[key] = (p, jax.jit(jax.vmap(p)), jax.jit(jax.vmap(p.scan)))
   return _FNS[key]
@@ -148,10 +163,10 @@ def test_fallbacks_to_scanner():
   t, lengths = tok.byte_table()
   # Too many states for the budget: no automaton, the parser scans bytes.
   assert token_parse.build(t, lengths, [b"up"], [0], 1, max_entries=100) is None
-  small = text.ActionParser(tok, {"up": 0}, token_automaton=False)
+  small = actions.ActionParser(tok, {"up": 0}, token_automaton=False)
   assert small.automaton is None
   # A byte budget shorter than a full turn truncates mid-token: the scanner handles it.
-  p = text.ActionParser(tok, {"up": 0}, max_bytes=20)
+  p = actions.ActionParser(tok, {"up": 0}, max_bytes=20)
   turn = _batch([tok.encode("<answer>up</answer>"), tok.encode("xyz <answer>up</answer>")])
   got = jax.vmap(p)(turn)
   assert np.asarray(got.valid).tolist() == [True, False]   # 20 bytes cut the second closing tag
@@ -163,7 +178,7 @@ def test_render_static_layout_matches_compaction():
   # it must equal the general compaction of the same pieces and decode to the grid text.
   tok = TOKENIZERS["char"]
   glyphs = ("#", "_", "O", "√", "X", "P", "S")
-  grid = text.GridRenderer(tok, glyphs, (5, 7), chunk=3)
+  grid = render.GridRenderer(tok, glyphs, (5, 7), chunk=3)
   assert grid.static
   codes = jnp.asarray(np.random.default_rng(0).integers(0, len(glyphs), size=(16, 5, 7)), jnp.int32)
   fast = jax.jit(jax.vmap(grid.render))(codes)
@@ -172,3 +187,28 @@ def test_render_static_layout_matches_compaction():
   np.testing.assert_array_equal(np.asarray(fast.length), np.asarray(slow.length))
   for i in range(3):
     assert tok.decode(np.asarray(fast.tokens[i])[:int(fast.length[i])]) == grid.text(codes[i])
+
+
+def test_register_keeps_repeated_and_shared_words():
+  # Words are written into the register digit by digit: repeats and aliases (north = up = 0,
+  # "go on" = Down = 1) must come back in order, and segments past max_actions are dropped.
+  tok = TOKENIZERS["synth"]
+  _, fast, _ = _parsers("synth", *CONFIGS["synth"])
+  rows = ["<answer>up||up||north</answer>", "<answer>go on||LEFT</answer>",
+          "<answer>right||up||up||xx</answer>", "<answer>up||</answer>"]
+  got = fast(_batch([tok.encode(r) for r in rows]))
+  assert np.asarray(got.valid).tolist() == [True, True, True, False]
+  assert np.asarray(got.ids).tolist() == [[0, 0, 0], [1, 2, -1], [3, 0, 0], [-1, -1, -1]]
+  assert np.asarray(got.count).tolist() == [3, 2, 3, 0]
+  _check("synth", CONFIGS["synth"], [tok.encode(r) for r in rows])
+
+
+def test_large_vocab_builds_fast_with_few_classes():
+  # The automaton's size does not follow the vocabulary: 40k pieces fall into ~10^3 classes.
+  # (benchmarks/text_io.py times the 151,643-piece case: ~1 s per build.)
+  t, lengths = TOKENIZERS["synth"].byte_table()
+  start = time.perf_counter()
+  auto = token_parse.build(t, lengths, [b"up", b"down", b"left", b"right"], [0, 1, 2, 3], 2)
+  took = time.perf_counter() - start
+  assert auto is not None and auto.cls.shape == (len(lengths),)
+  assert auto.next.shape[1] < 2000 and took < 10.0, (auto.next.shape, took)

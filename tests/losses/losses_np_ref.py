@@ -36,9 +36,11 @@ def agg(loss, m, mode, num_tokens=None, num_seqs=None, scale=None):
       tot += s if mode == "seq-mean-token-sum" else s / (n + 1e-8)
     rows = rows if num_seqs is None else num_seqs
     return tot / rows if rows > 0 else 0.0
-  if mode == "seq-mean-token-sum-norm":
+  if mode == "seq-mean-token-sum-norm":  # verl 0.9.1: mean over non-empty rows, then / C
     tot = sum(m[i, t] * loss[i, t] for i in range(b) for t in range(l) if m[i, t] != 0)
-    return tot / (l if scale is None else scale)
+    rows = sum(1 for i in range(b) if any(m[i, t] != 0 for t in range(l)))
+    rows = rows if num_seqs is None else num_seqs
+    return tot / rows / (l if scale is None else scale) if rows > 0 else 0.0
   raise ValueError(mode)
 
 

@@ -1,14 +1,20 @@
-"""Sampler: inverse-CDF draws follow softmax(logits/T); generate == a no-cache reference loop."""
+"""The one sampler: inverse-CDF draws follow softmax(logits/T); `generate` == a no-cache
+reference loop and == prefill + the rollout's own decode loop (same tokens)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agent_rl.models import forward, generate
-from agent_rl.models import sample_inverse_cdf as _sample
+from agent_rl.models import SamplerConfig, forward, generate, sample, sampling_logprobs
 
-# Jitted once per shape: eager op-by-op dispatch compiles every op and is slow on CPU.
-sample_inverse_cdf = jax.jit(_sample, static_argnums=2)
+
+def sample_inverse_cdf(key, logits, temperature=1.0):
+  """(tokens [B], log-probs [B] under softmax(logits / T)) from the one sampler; T = 0 is
+  greedy. Jitted once per shape: eager op-by-op dispatch compiles every op (slow on CPU)."""
+  scfg = SamplerConfig(greedy=True) if temperature == 0 else SamplerConfig(temperature=temperature)
+  tok, lq, _ = jax.jit(lambda k, x: sample(x, k, scfg))(jax.random.split(key, logits.shape[0]),
+                                                        logits)
+  return tok, lq
 
 
 def test_inverse_cdf_frequencies_match_softmax():
@@ -25,7 +31,7 @@ def test_inverse_cdf_frequencies_match_softmax():
   np.testing.assert_allclose(np.asarray(lps), np.log(p[np.asarray(toks)]), atol=1e-5)
 
 
-def test_inverse_cdf_large_vocab_blocks_and_greedy():
+def test_inverse_cdf_large_vocab_and_greedy():
   v = 1000  # not a multiple of the block size
   logits = jnp.full((3000, v), -jnp.inf).at[:, 999].set(0.0).at[:, 5].set(0.0).at[:, 64].set(
       jnp.log(2.0))
@@ -37,41 +43,129 @@ def test_inverse_cdf_large_vocab_blocks_and_greedy():
   assert list(np.asarray(greedy)) == [64, 64] and float(jnp.abs(lp).max()) == 0
 
 
+def _reference_logits(graphdef, state, prompt, pvalid, toks, valid):
+  """Full no-cache forward over each row's valid prompt + its generated tokens, right-aligned
+  at one fixed width (one compile). Returns [B, P + A, V] float64 and the prompt lengths."""
+  b, p = prompt.shape
+  a = toks.shape[1]
+  seqs = [list(np.asarray(prompt[row])[pvalid[row]]) + list(np.asarray(toks[row])[valid[row]])
+          for row in range(b)]
+  width = p + a
+  x = np.zeros((b, width), np.int32)
+  for row, seq in enumerate(seqs):
+    x[row, :len(seq)] = seq
+  logits, _ = forward(graphdef, state, jnp.asarray(x),
+                      jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32), (b, width)),
+                      jnp.asarray(np.arange(width)[None] < np.array([len(q) for q in seqs])[:, None]))
+  return np.asarray(logits, np.float64), pvalid.sum(1)
+
+
+def _prompt(cfg, padding, b=3, p=6):
+  prompt = jax.random.randint(jax.random.key(5), (b, p), 0, cfg.vocab_size)
+  lengths = np.array([6, 3, 4])
+  ar = np.arange(p)[None]
+  pvalid = ar < lengths[:, None] if padding == "right" else ar >= (p - lengths)[:, None]
+  return prompt, pvalid
+
+
 @pytest.mark.parametrize("padding", ["right", "left"])
 def test_generate_matches_full_forward_reference(small_model, padding):
   """Sampled tokens' log-probs equal those of a full no-cache forward over prompt+output;
   greedy decoding equals the argmax loop of full forwards."""
   cfg, graphdef, state = small_model
-  b, p, n = 3, 6, 4
-  prompt = jax.random.randint(jax.random.key(5), (b, p), 0, cfg.vocab_size)
-  lengths = np.array([6, 3, 4])
-  ar = np.arange(p)[None]
-  pvalid = ar < lengths[:, None] if padding == "right" else ar >= (p - lengths)[:, None]
+  b, n = 3, 4
+  prompt, pvalid = _prompt(cfg, padding)
   for temperature in (0.7, 0):
-    toks, lps = generate(graphdef, state, prompt, jnp.asarray(pvalid), jax.random.key(7), n,
-                         temperature)
+    scfg = SamplerConfig(greedy=True, max_tokens=n) if temperature == 0 else SamplerConfig(
+        temperature=temperature, max_tokens=n)
+    gen = generate(graphdef, state, prompt, jnp.asarray(pvalid), jax.random.key(7), scfg)
+    toks, lps = gen.tokens, gen.logp_sample
     assert toks.shape == (b, n) and lps.shape == (b, n)
-    # Reference: each row's valid prompt + generated tokens, right-aligned at fixed length
-    # (one compile), scored by a full forward; step t reads the logits before token t.
-    seqs = [list(np.asarray(prompt[row])[pvalid[row]]) + list(np.asarray(toks[row]))
-            for row in range(b)]
-    width = p + n
-    x = np.zeros((b, width), np.int32)
-    for row, seq in enumerate(seqs):
-      x[row, :len(seq)] = seq
-    ref_logits, _ = forward(graphdef, state, jnp.asarray(x),
-                            jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32), (b, width)),
-                            jnp.asarray(np.arange(width)[None] < np.array([len(q) for q in seqs])[:, None]))
+    assert bool(gen.valid.all()) and list(np.asarray(gen.length)) == [n] * b
+    # Step t reads the logits before token t.
+    ref_logits, lengths = _reference_logits(graphdef, state, prompt, pvalid, toks,
+                                            np.ones((b, n), bool))
     for row in range(b):
       for t in range(n):
-        last = np.asarray(ref_logits[row, lengths[row] + t - 1], np.float64)
+        last = ref_logits[row, lengths[row] + t - 1]
         tok = int(toks[row, t])
+        raw = last[tok] - last.max() - np.log(np.exp(last - last.max()).sum())
+        np.testing.assert_allclose(float(gen.logp_raw[row, t]), raw, atol=1e-4)
         if temperature == 0:
           assert tok == int(np.argmax(last))
         else:
           z = last / temperature
           ref = z[tok] - z.max() - np.log(np.exp(z - z.max()).sum())
           np.testing.assert_allclose(float(lps[row, t]), ref, atol=1e-4)
+
+
+def test_generate_top_k_top_p_and_stop_tokens(small_model):
+  """Top-k/top-p draws stay inside the reference's support and carry its log-probs; a row
+  ends on its first stop token (kept), padding and invalid slots after it."""
+  cfg, graphdef, state = small_model
+  b, n = 3, 8
+  prompt, pvalid = _prompt(cfg, "right")
+  scfg = SamplerConfig(temperature=1.3, top_k=20, top_p=0.9, max_tokens=n,
+                       stop_tokens=tuple(range(0, cfg.vocab_size, 4)))
+  gen = generate(graphdef, state, prompt, jnp.asarray(pvalid), jax.random.key(11), scfg)
+  toks, valid = np.asarray(gen.tokens), np.asarray(gen.valid)
+  length = np.asarray(gen.length)
+  assert np.array_equal(valid, np.arange(n)[None] < length[:, None])
+  assert np.all(toks[~valid] == 0)
+  for row in range(b):
+    stops = [t for t in range(length[row]) if toks[row, t] in scfg.stop_tokens]
+    assert stops == ([length[row] - 1] if gen.stopped[row] else [])
+  assert bool(gen.stopped.any()) and int(gen.steps) == length.max()
+  ref_logits, lengths = _reference_logits(graphdef, state, prompt, pvalid, gen.tokens, valid)
+  ref_q = np.asarray(sampling_logprobs(jnp.asarray(ref_logits, jnp.float32), scfg), np.float64)
+  for row in range(b):
+    for t in range(length[row]):
+      q = ref_q[row, lengths[row] + t - 1]
+      assert np.isfinite(q[toks[row, t]])  # inside top-k / top-p
+      np.testing.assert_allclose(float(gen.logp_sample[row, t]), q[toks[row, t]], atol=1e-4)
+
+
+def test_generate_is_prefill_plus_the_rollout_decode_loop(small_model):
+  """`generate` (what benchmarks/generate.py times) runs the very loop the rollout calls:
+  the rollout's `generate` is `models.sampler.decode_loop`, and driving it by hand after a
+  rows= prefill reproduces `generate`'s tokens exactly."""
+  from agent_rl.models import decode_step, init_cache, prefill, sampler
+  from agent_rl.rollout import sampler as rollout_sampler
+  assert rollout_sampler.generate is sampler.decode_loop
+  assert rollout_sampler.sample is sampler.sample and rollout_sampler.SamplerConfig is SamplerConfig
+  cfg, graphdef, state = small_model
+  prompt, pvalid = _prompt(cfg, "left")
+  scfg = SamplerConfig(temperature=0.9, top_k=30, max_tokens=5, stop_tokens=(3, 7))
+  key = jax.random.key(2)
+  gen = generate(graphdef, state, prompt, jnp.asarray(pvalid), key, scfg)
+
+  @jax.jit
+  def by_hand(prompt, valid):
+    b, p = prompt.shape
+    pos = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0).astype(jnp.int32)
+    last = jnp.max(jnp.where(valid, jnp.arange(p), 0), axis=1)
+    logits, _, cache = prefill(graphdef, state, prompt, pos, valid, init_cache(cfg, b, p + 5, cfg.compute_dtype),
+                               last)
+    decode = lambda t, q, c, v: (lambda o: (o[0], o[2]))(decode_step(graphdef, state, t, q, c, v))
+    return rollout_sampler.generate(decode, logits, cache, jnp.sum(valid, axis=1), jnp.ones(b, bool),
+                                    jax.random.split(key, b), scfg)[0]
+  ref = by_hand(prompt, jnp.asarray(pvalid))
+  for f in ("tokens", "valid", "length", "stopped", "steps"):
+    np.testing.assert_array_equal(np.asarray(getattr(gen, f)), np.asarray(getattr(ref, f)), err_msg=f)
+  # Two jitted programs may fuse the log-softmax differently: log-probs agree to an ulp or so.
+  for f in ("logp_raw", "logp_sample"):
+    np.testing.assert_allclose(np.asarray(getattr(gen, f)), np.asarray(getattr(ref, f)), atol=2e-6,
+                               rtol=0, err_msg=f)
+
+
+def test_generate_bad_input_names_it(small_model):
+  cfg, graphdef, state = small_model
+  prompt, pvalid = _prompt(cfg, "right")
+  with pytest.raises(TypeError, match="cfg must be a SamplerConfig"):
+    generate(graphdef, state, prompt, jnp.asarray(pvalid), jax.random.key(0), 4)
+  with pytest.raises(ValueError, match="prompt_valid"):
+    generate(graphdef, state, prompt, jnp.asarray(pvalid[:, :3]), jax.random.key(0),
+             SamplerConfig(max_tokens=2))
 
 
 def test_bfloat16_cache_paths_run_and_track_float32():

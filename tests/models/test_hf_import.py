@@ -160,3 +160,54 @@ def test_checkpoint_errors_name_the_key(tmp_path):
     json.dump(hf, f)
   with pytest.raises(KeyError, match="llama, qwen2"):
     load_hf(cfg_path)
+
+
+def test_bad_directories_name_the_file_and_key(tmp_path):
+  _, src = _save(tmp_path, "qwen2", tie_word_embeddings=True)
+
+  def variant(name, edit_config=None, remove=(), add=()):
+    path = str(tmp_path / name)
+    shutil.copytree(src, path)
+    for f in remove:
+      os.remove(os.path.join(path, f))
+    for f in add:
+      open(os.path.join(path, f), "wb").close()
+    if edit_config is not None:
+      with open(os.path.join(path, "config.json")) as f:
+        hf = json.load(f)
+      edit_config(hf)
+      with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(hf, f)
+    return path
+
+  with pytest.raises(ValueError, match=r"pytorch_model\.bin.*safetensors"):
+    load_hf(variant("bin", remove=["model.safetensors"], add=["pytorch_model.bin"]))
+  with pytest.raises(ValueError, match=r"model\.pt.*never loaded"):
+    load_hf(variant("pt", remove=["model.safetensors"], add=["model.pt"]))
+  with pytest.raises(ValueError, match=r"config\.json: architectures \['Qwen2ForSequenceClass"):
+    load_hf(variant("arch", lambda hf: hf.__setitem__(
+        "architectures", ["Qwen2ForSequenceClassification"])))
+  with pytest.raises(ValueError, match=r"config\.json: key 'model_type' is missing"):
+    load_hf(variant("no_type", lambda hf: hf.pop("model_type")))
+  with pytest.raises(ValueError, match=r"config\.json is missing 'hidden_size'"):
+    load_hf(variant("no_hidden", lambda hf: hf.pop("hidden_size")))
+  with pytest.raises(ValueError, match=r"config\.json: .*hidden_act 'gelu'"):
+    load_hf(variant("act", lambda hf: hf.__setitem__("hidden_act", "gelu")))
+  with pytest.raises(ValueError, match=r"config\.json: .*rope_type 'yarn'"):
+    load_hf(variant("rope", lambda hf: hf.__setitem__(
+        "rope_parameters", {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4})))
+  broken = variant("json")
+  with open(os.path.join(broken, "config.json"), "w") as f:
+    f.write("{not json")
+  with pytest.raises(ValueError, match=r"config\.json is not valid JSON"):
+    load_hf(broken)
+  with pytest.raises(ValueError, match="does not exist"):
+    load_hf(str(tmp_path / "nowhere"))
+  # A sharded index whose shard file is gone: names the index, the shard and a key.
+  hf, _ = _save(tmp_path, "llama")
+  sharded = str(tmp_path / "sharded")
+  hf.save_pretrained(sharded, max_shard_size="20KB")
+  shard = sorted(f for f in os.listdir(sharded) if f.startswith("model-"))[-1]
+  os.remove(os.path.join(sharded, shard))
+  with pytest.raises(ValueError, match=rf"index\.json: shard '{shard}' \(of '\w"):
+    load_hf(sharded)

@@ -6,9 +6,10 @@ import pytest
 from flax import nnx
 
 from agent_rl.models import ModelConfig, Transformer
-from agent_rl.parallel import DEFAULT_RULES, init_sharded, make_mesh, state_shardings
+from agent_rl.parallel import (DEFAULT_RULES, init_sharded, make_mesh, optimizer_shardings,
+                               state_shardings)
 from agent_rl.parallel.memory import (GIB, MemoryBudgetError, MemoryReport, kv_cache_bytes,
-                                      optimizer_shardings, report, tree_bytes_per_device)
+                                      report, tree_bytes_per_device)
 
 CFG = ModelConfig(vocab_size=96, hidden=32, num_layers=2, num_heads=4, num_kv_heads=2,
                   head_dim=8, intermediate=64)

@@ -9,10 +9,10 @@ import pytest
 from flax import nnx
 
 from agent_rl import envs, models
-from agent_rl.data.demos import sample_tasks
+from agent_rl.envs.tasks import sample_tasks
 from agent_rl.rollout import EpisodeConfig, Policy, SamplerConfig, chat_pieces, make_rollout
 from agent_rl.tokenizers import ByteTokenizer
-from agent_rl.train.step import shifted_logprobs
+from agent_rl.models.logprobs import shifted_logprobs
 
 ENV_KW = {"sokoban": dict(max_steps=3), "frozenlake": dict(max_steps=3), "bandit": {},
           "countdown": dict(max_numbers=3)}
@@ -22,7 +22,7 @@ def test_every_registered_env_is_covered():
   assert set(envs.ENVS.names()) == set(ENV_KW)
 
 
-@pytest.mark.parametrize("history", ["concat", "window"])
+@pytest.mark.parametrize("history", ["concatenated", "windowed"])
 @pytest.mark.parametrize("name", sorted(ENV_KW))
 def test_rollout_batch_is_valid(name, history):
   tok = ByteTokenizer()
@@ -44,6 +44,16 @@ def test_rollout_batch_is_valid(name, history):
   assert bool(jnp.all(batch.valid[:, 0]))  # every episode plays its first turn
   lm, ti = np.asarray(batch.loss_mask), np.asarray(batch.turn_index)
   assert np.all((lm > 0) <= (ti >= 0))  # generated tokens belong to a turn
+  # reward terms (and any other info key) ride along as turn-level extras, 0 when padded
+  assert {f"reward_terms/{k}" for k in env.reward_names} <= set(batch.extras)
+  if hasattr(env, "max_steps") or hasattr(env, "max_turns"):
+    assert "truncated" in batch.extras
+  pad = ~np.asarray(batch.valid)
+  for k, v in batch.extras.items():
+    assert v.shape == (n, t) and not np.asarray(v)[pad].any(), k
+  terms = sum(np.asarray(batch.extras[f"reward_terms/{k}"]) * w
+              for k, w in zip(env.reward_names, env.reward_weights))
+  np.testing.assert_allclose(terms, np.asarray(batch.reward), atol=1e-5)
   for i in range(n):  # tokens exist exactly for the turns that were played
     assert set(np.unique(ti[i][lm[i] > 0])) == set(np.flatnonzero(np.asarray(batch.valid[i])))
   # Behaviour log-probs == training forward on the stored tokens (temperature 1).

@@ -27,6 +27,9 @@ def _compare(history, slow_ok=True):
     np.testing.assert_allclose(np.asarray(getattr(got, name)), np.asarray(getattr(ref, name)),
                                atol=1e-6, err_msg=name)
   assert got.segment_len == ref.segment_len
+  assert set(got.extras) == set(ref.extras) == {"reward_terms/0", "reward_terms/1"}
+  for name in ref.extras:
+    assert np.array_equal(np.asarray(got.extras[name]), np.asarray(ref.extras[name])), name
   for k in mref:
     np.testing.assert_allclose(float(mgot[k]), float(mref[k]), atol=1e-5, err_msg=k)
   assert set(runner.timings) == {"act", "env", "observe", "other"}
@@ -34,12 +37,12 @@ def _compare(history, slow_ok=True):
 
 
 def test_host_bridge_matches_compiled_concat():
-  _compare("concat")
+  _compare("concatenated")
 
 
 @pytest.mark.slow
 def test_host_bridge_matches_compiled_window():
-  _compare("window")
+  _compare("windowed")
 
 
 def test_host_bridge_rejects_search():

@@ -1,4 +1,4 @@
-"""Invariants of the compiled episode loop (concat and window history) on the tiny policy."""
+"""Invariants of the compiled episode loop (concatenated and windowed history) on the tiny policy."""
 import chex
 import jax
 import jax.numpy as jnp
@@ -54,9 +54,10 @@ def _teacher_forced(policy, batch, cfg=SAMPLER):
   return raw, samp, m, np.asarray(lp)[:, 1:], np.asarray(lq)[:, 1:]
 
 
-@pytest.mark.parametrize("history", ["concat", "window"])
+@pytest.mark.parametrize("history", ["concatenated", "windowed"])
 def test_behaviour_logprobs_equal_training_forward(policy, history):
-  batch, _ = _run(policy, **({} if history == "concat" else dict(history="window", window_turns=3)))
+  kw = {} if history == "concatenated" else dict(history="windowed", window_turns=3)
+  batch, _ = _run(policy, **kw)
   raw, samp, m, lp, lq = _teacher_forced(policy, batch)
   assert m.sum() > 10
   np.testing.assert_allclose(lp[m], raw[m], atol=1e-5)
@@ -99,8 +100,8 @@ def test_masks_turn_index_and_turn_fields_consistent(policy):
 
 
 def test_window_covering_episode_reproduces_concat_contexts(policy):
-  concat, _ = _run(policy, history="concat")
-  window, _ = _run(policy, history="window", window_turns=3)  # 3 past turns of 4: all
+  concat, _ = _run(policy, history="concatenated")
+  window, _ = _run(policy, history="windowed", window_turns=3)  # 3 past turns of 4: all
   lw = window.segment_len
   n, t = concat.valid.shape
   ct, wt = np.asarray(concat.tokens), np.asarray(window.tokens).reshape(n, t, lw)
@@ -168,8 +169,8 @@ def test_concat_budget_truncates_and_counts(policy):
 
 @pytest.mark.slow
 def test_window_budget_drops_oldest_turns(policy):
-  wide, mw = _run(policy, history="window", window_turns=3)
-  narrow, mn = _run(policy, history="window", window_turns=3, window_tokens=34)
+  wide, mw = _run(policy, history="windowed", window_turns=3)
+  narrow, mn = _run(policy, history="windowed", window_turns=3, window_tokens=34)
   assert float(mw["rollout/window_dropped_turns"]) == 0
   assert float(mn["rollout/window_dropped_turns"]) > 0
   assert float(mn["rollout/window_truncated_samples"]) > 0
@@ -194,6 +195,8 @@ def test_window_budget_drops_oldest_turns(policy):
 def test_bad_config_names_field():
   with pytest.raises(ValueError, match="history"):
     EpisodeConfig(history="stacked")
+  with pytest.raises(ValueError, match="concatenated"):   # one vocabulary: the config's
+    EpisodeConfig(history="concat")
   with pytest.raises(ValueError, match="max_context"):
     pol, params = tiny_policy()
     make_rollout(pol, GuessEnv(), EpisodeConfig(sampler=SAMPLER, max_context=5), PIECES)(

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 
 from agent_rl.rollout import search
 from agent_rl.rollout.batch import from_turns
@@ -111,18 +112,27 @@ def test_dapo_refills_and_bounds():
     dapo(fn, None, None, jax.random.PRNGKey(0), max_num_gen_batches=2, on_exhausted="raise")
 
 
+@struct.dataclass
+class _Carry:
+  """The carry fields search.select reads (cumulative return, env state) plus a payload x."""
+  episode_return: jax.Array
+  x: jax.Array
+  env_state: jax.Array
+
+
 def test_search_select_hand_cases():
   # 2 episodes (one group of G=2) x 3 candidates
-  carry = {"score": jnp.array([0., 1., 0.5, 2., 2., 3.]), "x": jnp.arange(6), "env": jnp.zeros(6)}
+  carry = _Carry(episode_return=jnp.array([0., 1., 0.5, 2., 2., 3.]), x=jnp.arange(6),
+                 env_state=jnp.zeros(6))
   turn_r = jnp.array([0., 1., 0.5, 0., 0., 1.])
   alive = jnp.array([True] * 3 + [False] * 3)
   out, rows = search.select(carry, turn_r, alive, 2, 2, SearchConfig("best_of_n", 3))
   assert list(np.asarray(rows)) == [1, 3]  # episode 1 finished: only its candidate 0 competes
   out, rows = search.select(carry, turn_r, alive, 2, 2, SearchConfig("beam", 3))
   assert list(np.asarray(rows)) == [3, 1]  # top-2 cumulative among {0,1,0.5,2}
-  assert list(np.asarray(out["x"])) == [3, 1]
+  assert list(np.asarray(out.x)) == [3, 1]
   heur = SearchConfig("best_of_n", 3, heuristic=lambda s: s)
-  carry["env"] = jnp.array([5., 0., 0., 0., 0., 0.])
+  carry = carry.replace(env_state=jnp.array([5., 0., 0., 0., 0., 0.]))
   _, rows = search.select(carry, turn_r, alive, 2, 2, heur)
   assert list(np.asarray(rows)) == [0, 3]
 

@@ -9,14 +9,14 @@ import os
 
 import jax
 import jax.numpy as jnp
-import ml_collections as mlc
 import numpy as np
 import pytest
 
+from agent_rl.objective import Minibatch, build_objective
+from agent_rl.parallel.placement import make_placement
 from agent_rl.train import pretrained
+from agent_rl.train.policy import TokenStats
 from agent_rl.train.run import run
-from agent_rl.train.sharding import make_placement
-from agent_rl.train.step import Minibatch, make_loss_fn
 from tests.train.tiny import tiny_config
 
 
@@ -45,10 +45,15 @@ def _np_logprobs(logits, tokens):
 
 
 def _loss_and_grad(logits, tokens, mask, t_lp, old_lp, adv, distill):
-  loss_cfg = mlc.ConfigDict(dict(name="vanilla", agg_mode="token-mean", kwargs={},
-                                 entropy_coef=0.0, kl_coef=0.0, kl_type="low_var_kl",
-                                 value_coef=0.0, value_clip=0.5))
-  fn = make_loss_fn(lambda params, *a: (params, None), loss_cfg, mlc.ConfigDict(distill))
+  c = tiny_config()
+  c.loss.name, c.loss.agg_mode, c.loss.value_coef = "vanilla", "token-mean", 0.0
+  c.distill.update(distill)
+  objective = build_objective(c)
+
+  def fn(logits, mb, key):  # the "policy" is the logits themselves
+    lp = jnp.take_along_axis(jax.nn.log_softmax(logits[:, :-1]), mb.tokens[:, 1:, None], -1)[..., 0]
+    lp = jnp.pad(lp, ((0, 0), (1, 0)))
+    return objective(TokenStats(lp, jnp.zeros_like(lp), None), mb, key)
   mb = Minibatch(tokens=jnp.asarray(tokens), position=jnp.zeros_like(tokens),
                  attention_mask=jnp.ones(tokens.shape, bool), loss_mask=jnp.asarray(mask),
                  turn_index=jnp.zeros_like(tokens), old_logprobs=jnp.asarray(old_lp),
@@ -128,9 +133,9 @@ def test_init_from_run_and_hf(tmp_path):
   run(tiny_config(iterations=0, sft_steps=2), src)
   c = tiny_config()
   c.tokenizer.path = os.path.join(src, "tokenizer.model")
-  place = make_placement(c)
+  place = make_placement(c.mesh)
   with place.context():
-    mcfg, _, want = pretrained.load_run_policy(src, 400, place)
+    mcfg, _, want, _, _ = pretrained.load_run_policy(src, 400, place)
     c.model.init_from = src
     got = pretrained.init_from(c, mcfg, place)
     jax.tree.map(np.testing.assert_array_equal, got, want)

@@ -46,7 +46,7 @@ def test_corrupt_latest_checkpoint_falls_back(tmp_path, capsys):
 
 
 def test_evaluate_from_checkpoint_alone_matches_the_run(tmp_path):
-  from agent_rl.evaluate import evaluate_checkpoint
+  from agent_rl.train.evaluate import evaluate_checkpoint
   c = tiny_config(iterations=2, ckpt_every=1, sft_steps=0)
   wd = str(tmp_path / "w")
   run(c, wd)

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_rl import envs
-from agent_rl.data.demos import sample_tasks
+from agent_rl.envs.tasks import sample_tasks
 from agent_rl.data.scripted import encode_plans, scripted_policy
 from agent_rl.rollout.compiled import rollout
 from agent_rl.rollout.episode import EpisodeConfig

@@ -1,0 +1,36 @@
+"""Task sampling for RL, evaluation and demonstrations: tasks are pure functions of a key.
+
+`batched_sampler(env)` is `jit(vmap(env.sample_task))`, compiled once per env (envs are
+hashable); `sample_tasks(env, seeds)` draws task i from `key(seeds[i])` as host arrays;
+`eval_tasks(env, n, seed)` are the held-out tasks of `config.eval.seed` (disjoint from the
+training stream, which draws from the run seed), so every evaluation scores the same tasks.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@functools.lru_cache(maxsize=16)
+def batched_sampler(env: Any):
+  """`jit(vmap(env.sample_task))`: keys `[n]` -> a task pytree with n leading rows."""
+  return jax.jit(jax.vmap(env.sample_task))
+
+
+def sample_tasks(env: Any, seeds: Sequence[int]) -> Any:
+  """Tasks for `seeds` (task i = `env.sample_task(key(seeds[i]))`), as host numpy arrays.
+
+  One jitted, vmapped call: generating tasks one by one eagerly re-dispatches every op.
+  """
+  keys = jax.vmap(jax.random.key)(np.asarray(list(seeds), np.uint32))
+  return jax.tree.map(np.asarray, batched_sampler(env)(keys))
+
+
+def eval_tasks(env: Any, num_tasks: int, seed: int) -> Any:
+  """The held-out tasks: task i from fold_in(key(seed), i)."""
+  keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.arange(num_tasks))
+  return batched_sampler(env)(keys)

@@ -1,0 +1,263 @@
+"""The two phases of a run over its one TrainState: SFT warm start, then RL.
+
+`Run` holds what does not change during a run (config, env, jitted steps, checkpoint,
+writer); `Progress` is the state that does (train state, where the run is, the frozen
+reference), and each phase function takes one Progress and returns the next, so nothing is
+mutated behind a closure. Every random choice derives from (config.seed, phase, step), and a
+checkpoint holds a whole Progress, so a run killed at any point continues exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+
+from agent_rl.envs.tasks import batched_sampler
+from agent_rl.eval.evaluate import evaluate
+from agent_rl.objective import shapers
+from agent_rl.parallel.distributed import main_process_first
+from agent_rl.train import learner, sft
+from agent_rl.train.checkpoint import RunCheckpoint
+from agent_rl.train.metrics import check_finite, progress, to_host
+from agent_rl.train.state import StateSpec, TrainState, copy_tree, new_train_state
+
+
+class SimulatedKill(RuntimeError):
+  """Raised by `run(..., kill_after=k)`: the process 'dies' after iteration k's metrics are
+  written and before anything else is saved, exactly where a `kill -9` loses the most."""
+
+
+class Preempted(SystemExit):
+  """SIGTERM / a preemption notice: the checkpoint is saved, the process exits non-zero."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Meta:
+  """Where a run is (the checkpoint's JSON `meta`)."""
+  phase: str  # "sft" | "rl"
+  sft_step: int = 0
+  iteration: int = 0
+  best_eval_success: float = -1.0
+  shaper_state: dict = dataclasses.field(default_factory=dict)  # e.g. the adaptive KL beta
+
+  @property
+  def global_step(self) -> int:
+    return self.sft_step + self.iteration
+
+  def to_json(self) -> dict:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_json(cls, d: dict) -> "Meta":
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+  state: TrainState
+  meta: Meta
+  reference: Optional[Any] = None  # frozen LM params of the KL reference (RL phase only)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """The fixed parts of a run (built once by `train.run`)."""
+  c: Any
+  workdir: str
+  setup: Any  # train.setup.Setup: tokenizer, env, pieces, model_cfg
+  ecfg: Any  # rollout EpisodeConfig
+  spec: StateSpec
+  policy: Any  # rollout Policy over spec.lm_graphdef
+  rl_opt: Any
+  sft_opt: Any
+  rl_step: Callable
+  sft_step: Callable
+  credit_fn: Callable
+  roll_fn: Callable
+  strategy: Any
+  strategy_kwargs: dict
+  uses_reference: bool
+  teacher: Optional[tuple]  # (lm_graphdef, params) of the distillation teacher
+  ckpt: RunCheckpoint
+  writer: Any
+  kill_after: Optional[int] = None
+
+  @property
+  def sft_steps(self) -> int:
+    return int(self.c.sft.steps)
+
+  @property
+  def iterations(self) -> int:
+    return int(self.c.train.iterations)
+
+
+# -- shared steps -----------------------------------------------------------------------------
+
+def evaluate_params(run: Run, params) -> dict:
+  c = run.c
+  return to_host(evaluate(run.policy, params["lm"], run.setup.env, run.setup.pieces, run.ecfg,
+                          num_tasks=c.eval.num_tasks, seed=c.eval.seed, k=c.eval.k,
+                          greedy=c.eval.greedy, place=run.spec.place.batch))
+
+
+def save(run: Run, prog: Progress, *, metrics: Optional[dict] = None, force: bool = False) -> bool:
+  s = prog.state
+  return run.ckpt.save(prog.meta.global_step, s.params,
+                       {"opt_state": s.opt_state, "step": s.step, "rng": s.rng},
+                       prog.meta.to_json(), reference=prog.reference, metrics=metrics, force=force)
+
+
+def exit_if_preempted(run: Run, prog: Progress, where: str) -> None:
+  """At a step boundary: on preemption save (every process at the same step) and exit."""
+  if run.ckpt.preempted(prog.meta.global_step):
+    if prog.meta.global_step not in run.ckpt.all_steps():  # orbax may have saved it already
+      save(run, prog, force=True)
+    run.ckpt.close()
+    raise Preempted(f"SIGTERM: checkpoint saved{where}")
+
+
+def restore_targets(run: Run) -> Callable[[dict], tuple]:
+  """Abstract restore targets for a checkpoint's phase (optimizer state of that phase)."""
+  def targets(meta: dict):
+    phase = Meta.from_json(meta).phase
+    t = run.spec.abstract_train_state(run.rl_opt if phase == "rl" else run.sft_opt)
+    ref = run.spec.abstract_params(lm_only=True) if (run.uses_reference and phase == "rl") else None
+    return t.params, {"opt_state": t.opt_state, "step": t.step, "rng": t.rng}, ref
+  return targets
+
+
+def initial_progress(run: Run, params) -> Progress:
+  """A fresh run: SFT first when configured, else straight to RL."""
+  if run.sft_steps:
+    return Progress(new_train_state(run.spec, params, run.sft_opt, run.c.seed), Meta("sft"))
+  return start_rl(run, params, Meta("rl", shaper_state=shapers.initial_state(run.c)))
+
+
+def resume(run: Run) -> Optional[Progress]:
+  r = run.ckpt.restore_run(restore_targets(run))
+  if r is None:
+    return None
+  meta = Meta.from_json(r.meta)
+  print(f"resumed from checkpoint: {r.meta}", flush=True)
+  state = TrainState(params=r.params, opt_state=r.opt["opt_state"], step=r.opt["step"],
+                     rng=r.opt["rng"])
+  return Progress(state, meta, r.reference)
+
+
+def start_rl(run: Run, params, meta: Meta) -> Progress:
+  """RL starts from `params` with a fresh optimizer state; the KL reference (only when a
+  term or shaper uses it) is a frozen copy of exactly these params."""
+  ref = copy_tree(params["lm"]) if run.uses_reference else None
+  return Progress(new_train_state(run.spec, params, run.rl_opt, run.c.seed), meta, ref)
+
+
+# -- SFT --------------------------------------------------------------------------------------
+
+def sft_phase(run: Run, prog: Progress) -> Progress:
+  """SFT on solver demonstrations up to `sft.steps`, then the switch to RL (evaluated and
+  saved). Returns the Progress at the start of RL."""
+  c, place = run.c, run.spec.place
+  rows = place.batch(main_process_first(
+      lambda: sft.demo_rows(c, run.setup, run.ecfg, run.workdir), "demos"))
+  if prog.meta.sft_step == 0:
+    ev = evaluate_params(run, prog.state.params)
+    run.writer.write(0, ev)
+    print(f"before SFT: {ev}", flush=True)
+  bar = progress(run.sft_steps, prog.meta.sft_step, "sft")
+  state, meta = prog.state, prog.meta
+  while meta.sft_step < run.sft_steps:
+    mb = place.batch(sft.sft_batches(rows, c.sft.batch_size, meta.sft_step, c.seed))
+    run.ckpt.wait()  # the step donates the state an async save may still be reading
+    state, m = run.sft_step(state, mb)
+    meta = dataclasses.replace(meta, sft_step=meta.sft_step + 1)
+    if meta.sft_step % c.train.log_every == 0 or meta.sft_step == run.sft_steps:
+      last = to_host(m)
+      check_finite(meta.global_step, last)
+      run.writer.write(meta.global_step, last)
+      if bar is not None:
+        bar.set_postfix(loss=f"{last['sft/loss']:.3f}")
+    if bar is not None:
+      bar.update(1)
+    exit_if_preempted(run, Progress(state, meta), " during SFT")
+  if bar is not None:
+    bar.close()
+  # The SFT optimizer state is dropped here; RL gets a fresh one (and the reference copy).
+  rl = start_rl(run, state.params, dataclasses.replace(
+      meta, phase="rl", shaper_state=shapers.initial_state(c)))
+  ev = evaluate_params(run, rl.state.params)
+  run.writer.write(meta.global_step, ev)
+  print(f"after SFT: {ev}", flush=True)
+  save(run, rl, force=True)
+  return rl
+
+
+# -- RL ---------------------------------------------------------------------------------------
+
+def rl_batch(run: Run, prog: Progress, it: int):
+  """Rollout, scoring (critic, reference, teacher), reward shaping and credit of iteration
+  `it`; returns (training rows, rollout metrics, the shaped batch, new shaper state)."""
+  c, place, params = run.c, run.spec.place, prog.state.params
+  k_tasks, k_roll, k_upd = jax.random.split(jax.random.fold_in(jax.random.key(c.seed), 1000 + it), 3)
+  tasks = place.batch(batched_sampler(run.setup.env)(jax.random.split(k_tasks, c.rollout.num_tasks)))
+  batch, rmetrics = run.strategy.run(run.roll_fn, params["lm"], tasks, k_roll, **run.strategy_kwargs)
+  if c.model.critic != "none":
+    batch = batch.replace(values=learner.critic_values(run.spec.graphdef, params, batch))
+  if prog.reference is not None:
+    batch = batch.replace(ref_logprobs=learner.reference_logprobs(run.spec.lm_graphdef,
+                                                                  prog.reference, batch))
+  if run.teacher is not None:  # on-policy distillation: the teacher scores the student's tokens
+    batch = batch.replace(teacher_logprobs=learner.reference_logprobs(*run.teacher, batch))
+  batch, smetrics, shaper_state = shapers.apply_shapers(c, batch, prog.meta.shaper_state)
+  rows = learner.prepare_jit(batch, run.credit_fn(batch))
+  return rows, {**rmetrics, **smetrics}, batch, shaper_state, k_upd
+
+
+def rl_phase(run: Run, prog: Progress) -> dict:
+  """RL iterations up to `train.iterations`, evaluating, saving and honouring preemption at
+  each boundary. Returns the last metrics written."""
+  c = run.c
+  bar = progress(run.iterations, prog.meta.iteration, "rl")
+  last: dict = {}
+  while prog.meta.iteration < run.iterations:
+    t0 = time.perf_counter()
+    rows, rmetrics, batch, shaper_state, k_upd = rl_batch(run, prog, prog.meta.iteration)
+    run.ckpt.wait()  # the async save overlapped the rollout; the update donates the state
+    state, umetrics = learner.update(
+        run.rl_step, prog.state, rows, k_upd, epochs=c.train.epochs,
+        minibatch_rows=c.train.minibatch_episodes * (c.rollout.max_turns if batch.segment_len else 1),
+        place=run.spec.place.batch)
+    meta = dataclasses.replace(prog.meta, iteration=prog.meta.iteration + 1,
+                               shaper_state=shaper_state)
+    m = to_host({**rmetrics, **umetrics,
+                 "rollout/reward": jnp.mean(jnp.sum(batch.reward * batch.valid, axis=1))})
+    m["time/iteration_s"] = time.perf_counter() - t0
+    m["time/gen_tokens_per_s"] = m["rollout/gen_tokens"] / m["time/iteration_s"]
+    if c.train.halt_on_nan:
+      check_finite(meta.global_step, m)
+    improved = False
+    if meta.iteration % c.train.eval_every == 0 or meta.iteration == run.iterations:
+      m.update(evaluate_params(run, state.params))
+      improved = m["eval/success"] > meta.best_eval_success
+      if improved:
+        meta = dataclasses.replace(meta, best_eval_success=m["eval/success"])
+    run.writer.write(meta.global_step, m)
+    last = m
+    prog = Progress(state, meta, prog.reference)
+    if run.kill_after is not None and meta.iteration == run.kill_after:
+      run.ckpt.close()
+      raise SimulatedKill(f"simulated kill after iteration {run.kill_after}")
+    if bar is not None:
+      bar.set_postfix(success=f"{m['rollout/success']:.2f}", reward=f"{m['rollout/reward']:.2f}",
+                      tok_s=f"{m['time/gen_tokens_per_s']:.0f}")
+      bar.update(1)
+    # Orbax decides the cadence (the run's save steps); an improved eval is always kept.
+    evals = {"eval/success": m["eval/success"]} if "eval/success" in m else None
+    save(run, prog, metrics=evals, force=improved)
+    exit_if_preempted(run, prog, "")
+  if bar is not None:
+    bar.close()
+  return last

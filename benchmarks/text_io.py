@@ -1,0 +1,128 @@
+"""Text I/O of the jitted envs with a Qwen-size vocabulary vs a small one (issue 17, section 6).
+
+Small: the 384-piece sentencepiece vocabulary of the tiny runs (trained on Sokoban text).
+Large: a synthetic byte-level BPE with Qwen2's 151,643 pieces (+ its 5 added tokens), written
+as a hub-format tokenizer.json (`agent_rl.tokenizers.synthetic_byte_level`) and loaded with
+`load_hf`. Measures, on this machine's CPU:
+  * host set-up: writing/loading the vocabulary, `byte_table()`, and the token-automaton build
+    of the Sokoban action rule (4 words) at max_actions 1, 2, 3 (target <= 2 s);
+  * per-step cost at batch 1024: the action parser (automaton and byte scanner) on 64-token
+    turns, and a whole Sokoban `env.step` (parse + dynamics + grid render), median of repeats
+    (target: large within 2x of small).
+
+    python benchmarks/text_io.py [--repeats 20] [--out benchmarks/results/text_io.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rollout import _tokenizer as small_tokenizer  # noqa: E402  (the tiny runs' vocabulary)
+
+TURNS = ["<answer>Up</answer>", "<think>the box is left of me</think><answer>Left || Down</answer>",
+         "<answer>up || up || right</answer>", "I go <answer>Right</answer> now", "<answer>jump</answer>",
+         "no answer at all, just text that rambles on for a while", "<answer> down </answer>"]
+
+
+def _median_s(fn, args, repeats):
+  out = fn(*args)
+  jax.block_until_ready(out)
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - t)
+  return float(np.median(times))
+
+
+def _turns(tok, batch, length):
+  toks = np.full((batch, length), tok.pad_id, np.int32)
+  lens = np.zeros((batch,), np.int32)
+  for b in range(batch):
+    ids = tok.encode(TURNS[b % len(TURNS)])[:length]
+    toks[b, :len(ids)], lens[b] = ids, len(ids)
+  return toks, lens
+
+
+def measure(tok, name, args, rows):
+  from agent_rl.envs import token_parse
+  from agent_rl.envs.actions import ActionParser
+  from agent_rl.envs.base import Text
+  from agent_rl.envs.sokoban import Sokoban
+  from agent_rl.data.demos import sample_tasks
+  t = time.perf_counter()
+  table, lengths = tok.byte_table()
+  rows[f"{name}.byte_table_s"] = time.perf_counter() - t
+  rows[f"{name}.vocab"] = int(len(lengths))
+  words = [b"up", b"down", b"left", b"right"]
+  for a in (1, 2, 3):
+    best = None
+    for _ in range(2):
+      t = time.perf_counter()
+      auto = token_parse.build(table, lengths, words, [0, 1, 2, 3], a)
+      dt = time.perf_counter() - t
+      best = dt if best is None else min(best, dt)
+    rows[f"{name}.automaton_build_s.max_actions={a}"] = best
+    rows[f"{name}.automaton_shape.max_actions={a}"] = None if auto is None else list(auto.next.shape)
+  toks, lens = _turns(tok, args.batch, args.length)
+  text = Text(tokens=jnp.asarray(toks), length=jnp.asarray(lens))
+  parser = ActionParser(tok, {"up": 0, "down": 1, "left": 2, "right": 3}, max_actions=2,
+                        max_answer_bytes=96)
+  assert parser.automaton is not None, name
+  fast, slow = jax.jit(jax.vmap(parser)), jax.jit(jax.vmap(parser.scan))
+  a, b = fast(text), slow(text)
+  assert np.array_equal(np.asarray(a.ids), np.asarray(b.ids)), "automaton != scanner"
+  rows[f"{name}.parse_automaton_s"] = _median_s(fast, (text,), args.repeats)
+  rows[f"{name}.parse_scanner_s"] = _median_s(slow, (text,), max(3, args.repeats // 4))
+  env = Sokoban(tokenizer=tok, max_actions=2)
+  tasks = sample_tasks(env, range(args.batch))
+  keys = jax.random.split(jax.random.key(0), args.batch)
+  state, _ = jax.jit(jax.vmap(env.reset))(keys, tasks)
+  step = jax.jit(jax.vmap(env.step))
+  rows[f"{name}.env_step_s"] = _median_s(step, (state, text), args.repeats)
+  rows[f"{name}.obs_len"] = int(env.obs_len)
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--repeats", type=int, default=20)
+  ap.add_argument("--batch", type=int, default=1024)
+  ap.add_argument("--length", type=int, default=64)
+  ap.add_argument("--vocab", type=int, default=151_643)
+  ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "text_io.json"))
+  args = ap.parse_args()
+  from agent_rl.tokenizers import load_hf, synthetic_byte_level
+  rows: dict = {"batch": args.batch, "turn_tokens": args.length, "repeats": args.repeats,
+                "platform": platform.platform(), "cpus": os.cpu_count(), "jax": jax.__version__,
+                "backend": jax.default_backend()}
+  with tempfile.TemporaryDirectory() as tmp:
+    measure(small_tokenizer(tmp), "small", args, rows)
+    t = time.perf_counter()
+    d = synthetic_byte_level(os.path.join(tmp, "qwen_size"), args.vocab, words=[
+        "up", "down", "left", "right", "Up", "Down", "Left", "Right", "answer", "<answer>",
+        "</answer>", "think", "||"])
+    rows["large.write_tokenizer_json_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    big = load_hf(d)
+    rows["large.load_hf_s"] = time.perf_counter() - t
+    measure(big, "large", args, rows)
+  for k in ("parse_automaton_s", "env_step_s"):
+    rows[f"ratio.{k}.large_over_small"] = rows[f"large.{k}"] / rows[f"small.{k}"]
+  os.makedirs(os.path.dirname(args.out), exist_ok=True)
+  with open(args.out, "w") as f:
+    json.dump(rows, f, indent=2)
+  print(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+  main()
