@@ -11,3 +11,7 @@ from agent_rl.metrics.sinks import (EPISODES_FILE, METRICS_FILE, SINKS, JsonlSin
 from agent_rl.metrics.writer import (DEFAULT_SINKS, MetricWriter, NonFiniteError,
                                      check_finite, check_log_config, parse_sinks, progress,
                                      to_host)
+
+__all__ = ["EPISODES_FILE", "METRICS_FILE", "SINKS", "JsonlSink", "Sink", "TensorBoardSink",
+           "WandbSink", "read_jsonl", "DEFAULT_SINKS", "MetricWriter", "NonFiniteError",
+           "check_finite", "check_log_config", "parse_sinks", "progress", "to_host"]

@@ -1,8 +1,9 @@
 """agent_rl.models: the policy language model room.
 
-Decoder transformer (Qwen2/Qwen2.5, Llama-3, Qwen3, Gemma 3) in Flax NNX with logical axis names, presets,
-a functional inference API over `(graphdef, state)` with an explicit KV cache, value/reward
-heads, log-prob helpers, Hugging Face safetensors import / export and a small jitted sampler.
+Decoder transformer (Qwen2/Qwen2.5, Llama-3, Qwen3, Gemma 3) in Flax NNX with logical axis
+names, presets, a functional inference API over `(graphdef, state)` with an explicit KV cache,
+value/reward heads, log-prob helpers, LoRA adapters, Hugging Face safetensors import / export
+and a small jitted sampler.
 """
 from agent_rl.models.cache import KVCache, init_cache
 from agent_rl.models.config import ModelConfig, RopeScaling

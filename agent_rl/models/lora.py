@@ -8,14 +8,17 @@ the adapters as `LoRAParam`s (an `nnx.Param` subclass), next to the base weight 
 adapt: `nnx.state(model, LoRAParam)` is what a LoRA learner trains, and A / B carry the
 base weight's logical axis names on their non-rank side, so they shard like it.
 
-`merge` folds the adapters into the base weights (a plain model for export / fast
-sampling), `unmerge` takes them out again; `from_peft` / `to_peft` map adapter tensors to
-and from PEFT's names and layouts (parity with `peft` tested on a tiny Qwen2).
+`attach` adds fresh adapters to a base model's params (e.g. `load_hf`'s); `merge` folds
+them into the base weights (a plain model for `save_hf` / fast sampling), `unmerge` takes
+them out again; `from_peft` / `to_peft` / `save_peft` map adapters to and from PEFT's names
+and layouts (parity with `peft` tested on a tiny Qwen2, both directions).
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 import re
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -50,7 +53,8 @@ class LoraConfig:
   targets: Tuple[str, ...] = ("q", "k", "v", "o")
 
   def __post_init__(self):
-    if isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer)) or self.rank <= 0:
+    r = self.rank
+    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r <= 0:
       raise ValueError(f"lora.rank must be a positive int, got {self.rank!r}")
     object.__setattr__(self, "rank", int(self.rank))
     if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or self.alpha <= 0:
@@ -263,3 +267,15 @@ def peft_adapter_config(cfg, base_model_name_or_path: Optional[str] = None) -> D
           "fan_in_fan_out": False, "inference_mode": True,
           "target_modules": [_TARGET_INFO[t][1].split(".")[-1] for t in lc.targets],
           "base_model_name_or_path": base_model_name_or_path}
+
+
+def save_peft(path: str, cfg, state, base_model_name_or_path: Optional[str] = None) -> list:
+  """Writes a PEFT adapter directory (adapter_config.json + adapter_model.safetensors) that
+  `peft.PeftModel.from_pretrained(base, path)` loads onto the base model; returns the files."""
+  from safetensors.numpy import save_file
+  tensors = to_peft(cfg, state)
+  os.makedirs(path, exist_ok=True)
+  save_file(tensors, os.path.join(path, "adapter_model.safetensors"), metadata={"format": "pt"})
+  with open(os.path.join(path, "adapter_config.json"), "w") as f:
+    json.dump(peft_adapter_config(cfg, base_model_name_or_path), f, indent=2)
+  return ["adapter_config.json", "adapter_model.safetensors"]

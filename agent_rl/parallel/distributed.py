@@ -69,11 +69,26 @@ def initialize_from_env(environ: Mapping[str, str] = os.environ) -> str:
   return kind
 
 
+# Work behind a barrier (a tokenizer trained, a TFDS dataset written by process 0) can take
+# minutes; a device collective would time out after 30 s (gloo on CPU), so the barrier is the
+# coordination service's own, with this timeout.
+BARRIER_TIMEOUT_S = 3600
+_CALLS: dict = {}
+
+
 def sync(name: str) -> None:
   """A barrier across processes (no-op with one process)."""
   if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
-    multihost_utils.sync_global_devices(name)
+    from jax._src import distributed
+    client = distributed.global_state.client
+    if client is None:  # processes joined by other means than jax.distributed
+      from jax.experimental import multihost_utils
+      multihost_utils.sync_global_devices(name)
+      return
+    # Barrier ids are single-use: every process counts its calls of each name alike.
+    _CALLS[name] = _CALLS.get(name, 0) + 1
+    client.wait_at_barrier(f"agent_rl:{name}:{_CALLS[name]}",
+                           timeout_in_ms=BARRIER_TIMEOUT_S * 1000)
 
 
 def main_process_first(fn: Callable[[], T], name: str) -> T:

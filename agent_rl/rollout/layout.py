@@ -76,8 +76,9 @@ def chat_pieces(tokenizer: Any, instruction: str, system: str | None = "You are 
   A tokenizer with a `chat_template` (a Hugging Face checkpoint's, `agent_rl.tokenizers.load_hf`)
   gets the pieces of its own template, cut from a rendered probe conversation and verified
   against the rendering (`agent_rl.tokenizers.chat.prompt_pieces`; `template_kwargs` such as
-  `enable_thinking=False` go to the template); the policy's stop token is then the template's
-  turn end (`prompt_pieces(...).turn_end_id`). Other tokenizers get the ChatML pieces above.
+  `enable_thinking=False` go to the template; `system=None` sends no system message, so the
+  template's own default applies); the policy's stop token is then the template's turn end
+  (`prompt_pieces(...).turn_end_id`). Other tokenizers get the ChatML pieces above.
   """
   if getattr(tokenizer, "chat_template", None):
     from agent_rl.tokenizers import chat   # host-only; keeps jinja2 off the compiled path

@@ -322,3 +322,15 @@ def load_hf(path: str, *, pad_token: str | None = None) -> HFTokenizer:
   if not os.path.isdir(path):
     raise FileNotFoundError(f"Hugging Face tokenizer directory not found: {path}")
   return HFTokenizer(path, pad_token=pad_token)
+
+
+def load_tokenizer(path: str, *, pad_token: str | None = None):
+  """`config.tokenizer.path` semantics: a Hugging Face directory (with tokenizer.json) loads
+  with `load_hf`, a `.model` file as the project's sentencepiece `Tokenizer`."""
+  from agent_rl.tokenizers.tokenizer import Tokenizer
+  if os.path.isdir(path):
+    return load_hf(path, pad_token=pad_token)
+  if pad_token is not None:
+    raise ValueError(f"pad_token= applies to Hugging Face directories; {path} is a file "
+                     f"(sentencepiece models fix pad at id 0)")
+  return Tokenizer.load(path)

@@ -46,3 +46,14 @@ def test_report_on_gs_workdir(tmp_path):
   assert (png, md) == ("gs://bucket/run/report.png", "gs://bucket/run/report.md")
   check((tmp_path / "run" / "report.md").read_text())
   assert (tmp_path / "run" / "report.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_cli_prints_the_markdown(tmp_path, capsys):
+  import pytest
+  from agent_rl.report import main
+  fill(tmp_path)
+  main(["agent_rl.report", str(tmp_path)])
+  out = capsys.readouterr().out
+  assert "## Sampled episodes" in out and f"wrote {tmp_path}/report.png" in out
+  with pytest.raises(SystemExit, match="usage"):
+    main(["agent_rl.report"])

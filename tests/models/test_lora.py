@@ -46,15 +46,15 @@ def test_adapters_shapes_axes_count_and_zero_start(small_config):
   n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model)))
   assert n == cfg.num_params() == base.num_params() + 2 * 3 * (
       (32 + 32) + 2 * (32 + 16) + (32 + 32) + 3 * (32 + 64))
-  # attach(): fresh adapters on a base model's params start exactly at the base model.
+  # attach(): fresh adapters on a base model's params start at the base model (B = 0).
   g, s = init_model(base)
   state = lora.attach(cfg, s)
   tokens = jnp.asarray(TOKENS, jnp.int32)
   pos = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), tokens.shape)
   ones = jnp.ones(tokens.shape, bool)
   g_l = nnx.graphdef(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
-  np.testing.assert_array_equal(forward(g_l, state, tokens, pos, ones)[0],
-                                forward(g, s, tokens, pos, ones)[0])
+  np.testing.assert_allclose(forward(g_l, state, tokens, pos, ones)[0],
+                             forward(g, s, tokens, pos, ones)[0], atol=1e-6, rtol=0)
 
 
 def test_merge_and_unmerge(small_config):
@@ -116,6 +116,12 @@ def test_logits_match_peft(tmp_path):
   for k, v in tensors.items():
     np.testing.assert_array_equal(out[k.replace(".default", "")], v)
   assert lora.peft_adapter_config(cfg)["target_modules"] == targets
+  # Our adapter directory, loaded by peft onto a fresh copy of the base: the same logits.
+  adapter = str(tmp_path / "adapter")
+  lora.save_peft(adapter, cfg, state, base_model_name_or_path=path)
+  fresh = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+  loaded = peft.PeftModel.from_pretrained(fresh, adapter).eval()
+  np.testing.assert_allclose(hf_logits(loaded, TOKENS, LEFT_MASK)[m], ours[m], atol=1e-4, rtol=0)
   with pytest.raises(ValueError, match="missing"):
     lora.from_peft(cfg, {k: v for k, v in tensors.items() if "layers.1.mlp.up" not in k},
                    state)

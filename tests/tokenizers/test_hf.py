@@ -11,7 +11,7 @@ import pytest
 import transformers
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from agent_rl.tokenizers import HFTokenizer, load_hf
+from agent_rl.tokenizers import HFTokenizer, Tokenizer, load_hf, load_tokenizer
 from tests.tokenizers.hf_fixtures import PADS, edited_copy, hf_dir
 
 STYLES = ("qwen2", "llama3", "gemma")
@@ -153,3 +153,16 @@ def test_missing_pad_token_names_file_and_key():
   with pytest.raises(ValueError, match=r"pad_token='<\|nope\|>' is not a token"):
     load_hf(hf_dir("llama3"), pad_token="<|nope|>")
   assert load_hf(hf_dir("llama3"), pad_token="<|end_of_text|>").pad_id == tok.special("<|end_of_text|>")
+
+
+def test_load_tokenizer_dispatches_on_path(tmp_path):
+  # config.tokenizer.path: a HF directory or a sentencepiece .model file.
+  from agent_rl.tokenizers import train_tokenizer
+  assert isinstance(load_tokenizer(hf_dir("qwen2")), HFTokenizer)
+  model = train_tokenizer(["the box is up", "left right down"] * 20, str(tmp_path / "t.model"), 300,
+                          hard_vocab_limit=False)
+  assert isinstance(load_tokenizer(model), Tokenizer)
+  with pytest.raises(ValueError, match="pad_token= applies"):
+    load_tokenizer(model, pad_token="<pad>")
+  with pytest.raises(FileNotFoundError):
+    load_tokenizer(str(tmp_path / "nothing.model"))
