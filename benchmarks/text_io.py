@@ -8,9 +8,10 @@ as a hub-format tokenizer.json (`agent_rl.tokenizers.synthetic_byte_level`) and 
     of the Sokoban action rule (4 words) at max_actions 1, 2, 3 (target <= 2 s);
   * per-step cost at batch 1024: the action parser (automaton and byte scanner) on 64-token
     turns, and a whole Sokoban `env.step` (parse + dynamics + grid render), median of repeats
-    (target: large within 2x of small).
+    (target: large within 2x of small). The two vocabularies are timed in alternation, round
+    by round, and the ratio is the median of per-round ratios (the machine is shared).
 
-    python benchmarks/text_io.py [--repeats 20] [--out benchmarks/results/text_io.json]
+    python benchmarks/text_io.py [--repeats 30] [--out benchmarks/results/text_io.json]
 """
 from __future__ import annotations
 
@@ -34,15 +35,25 @@ TURNS = ["<answer>Up</answer>", "<think>the box is left of me</think><answer>Lef
          "no answer at all, just text that rambles on for a while", "<answer> down </answer>"]
 
 
-def _median_s(fn, args, repeats):
-  out = fn(*args)
+def _call_s(fn, args, calls=5):
+  """Seconds per call, averaged over `calls` back-to-back calls (compiled beforehand)."""
+  t = time.perf_counter()
+  for _ in range(calls):
+    out = fn(*args)
   jax.block_until_ready(out)
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
+  return (time.perf_counter() - t) / calls
+
+
+def _paired(cases, repeats):
+  """Times each case in turn, `repeats` rounds: the machine is shared, so the large/small
+  ratio is taken per round (both measured within a second of each other) and its median kept."""
+  for fn, args in cases.values():
     jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - t)
-  return float(np.median(times))
+  times = {k: [] for k in cases}
+  for _ in range(repeats):
+    for k, (fn, args) in cases.items():
+      times[k].append(_call_s(fn, args))
+  return {k: np.asarray(v) for k, v in times.items()}
 
 
 def _turns(tok, batch, length):
@@ -54,12 +65,13 @@ def _turns(tok, batch, length):
   return toks, lens
 
 
-def measure(tok, name, args, rows):
+def prepare(tok, name, args, rows):
+  """Host set-up timings into rows; returns the jitted (parse, scan, env step) cases."""
+  from agent_rl.data.demos import sample_tasks
   from agent_rl.envs import token_parse
   from agent_rl.envs.actions import ActionParser
   from agent_rl.envs.base import Text
   from agent_rl.envs.sokoban import Sokoban
-  from agent_rl.data.demos import sample_tasks
   t = time.perf_counter()
   table, lengths = tok.byte_table()
   rows[f"{name}.byte_table_s"] = time.perf_counter() - t
@@ -67,7 +79,7 @@ def measure(tok, name, args, rows):
   words = [b"up", b"down", b"left", b"right"]
   for a in (1, 2, 3):
     best = None
-    for _ in range(2):
+    for _ in range(3):
       t = time.perf_counter()
       auto = token_parse.build(table, lengths, words, [0, 1, 2, 3], a)
       dt = time.perf_counter() - t
@@ -82,20 +94,18 @@ def measure(tok, name, args, rows):
   fast, slow = jax.jit(jax.vmap(parser)), jax.jit(jax.vmap(parser.scan))
   a, b = fast(text), slow(text)
   assert np.array_equal(np.asarray(a.ids), np.asarray(b.ids)), "automaton != scanner"
-  rows[f"{name}.parse_automaton_s"] = _median_s(fast, (text,), args.repeats)
-  rows[f"{name}.parse_scanner_s"] = _median_s(slow, (text,), max(3, args.repeats // 4))
   env = Sokoban(tokenizer=tok, max_actions=2)
   tasks = sample_tasks(env, range(args.batch))
   keys = jax.random.split(jax.random.key(0), args.batch)
   state, _ = jax.jit(jax.vmap(env.reset))(keys, tasks)
-  step = jax.jit(jax.vmap(env.step))
-  rows[f"{name}.env_step_s"] = _median_s(step, (state, text), args.repeats)
   rows[f"{name}.obs_len"] = int(env.obs_len)
+  return {f"{name}.parse_automaton_s": (fast, (text,)), f"{name}.parse_scanner_s": (slow, (text,)),
+          f"{name}.env_step_s": (jax.jit(jax.vmap(env.step)), (state, text))}
 
 
 def main():
   ap = argparse.ArgumentParser()
-  ap.add_argument("--repeats", type=int, default=20)
+  ap.add_argument("--repeats", type=int, default=30)
   ap.add_argument("--batch", type=int, default=1024)
   ap.add_argument("--length", type=int, default=64)
   ap.add_argument("--vocab", type=int, default=151_643)
@@ -106,7 +116,7 @@ def main():
                 "platform": platform.platform(), "cpus": os.cpu_count(), "jax": jax.__version__,
                 "backend": jax.default_backend()}
   with tempfile.TemporaryDirectory() as tmp:
-    measure(small_tokenizer(tmp), "small", args, rows)
+    cases = prepare(small_tokenizer(tmp), "small", args, rows)
     t = time.perf_counter()
     d = synthetic_byte_level(os.path.join(tmp, "qwen_size"), args.vocab, words=[
         "up", "down", "left", "right", "Up", "Down", "Left", "Right", "answer", "<answer>",
@@ -115,9 +125,17 @@ def main():
     t = time.perf_counter()
     big = load_hf(d)
     rows["large.load_hf_s"] = time.perf_counter() - t
-    measure(big, "large", args, rows)
+    cases.update(prepare(big, "large", args, rows))
+  fast = {k: v for k, v in cases.items() if "scanner" not in k}
+  times = _paired(fast, args.repeats)
+  times.update(_paired({k: v for k, v in cases.items() if "scanner" in k}, 3))
+  for k, v in times.items():
+    rows[k] = float(np.median(v))
   for k in ("parse_automaton_s", "env_step_s"):
-    rows[f"ratio.{k}.large_over_small"] = rows[f"large.{k}"] / rows[f"small.{k}"]
+    ratio = times[f"large.{k}"] / times[f"small.{k}"]
+    rows[f"ratio.{k}.large_over_small.median"] = float(np.median(ratio))
+    rows[f"ratio.{k}.large_over_small.iqr"] = [float(np.percentile(ratio, 25)),
+                                               float(np.percentile(ratio, 75))]
   os.makedirs(os.path.dirname(args.out), exist_ok=True)
   with open(args.out, "w") as f:
     json.dump(rows, f, indent=2)

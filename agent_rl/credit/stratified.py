@@ -5,7 +5,6 @@ ray_trainer); spec in shared/ALGORITHMS.md §4.2.
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from agent_rl.credit.base import Credit, register

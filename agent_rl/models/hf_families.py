@@ -56,6 +56,8 @@ class Family:
   ignore: regexes of HF keys that may be present and are not read.
   architectures: accepted `architectures` entries of config.json (the first is written).
   fixed: SWITCHES values of this family.
+  exportable: `family_for` may pick it for `save_hf` (not the multimodal Gemma 3 wrapper,
+    whose vision tower we do not have; its text model exports as gemma3_text).
   """
   name: str
   config: Callable[[Mapping[str, Any]], Dict[str, Any]]
@@ -64,6 +66,7 @@ class Family:
   ignore: Tuple[str, ...]
   architectures: Tuple[str, ...]
   fixed: Mapping[str, Any]
+  exportable: bool = True
 
   def fits(self, cfg: ModelConfig) -> bool:
     return all(getattr(cfg, k) == v for k, v in self.fixed.items())
@@ -202,7 +205,17 @@ def _qwen_config(hf: Mapping[str, Any]) -> Dict[str, Any]:
   return dict(sizes, **_rope_fields(hf), **_layer_types(hf, sizes["num_layers"]))
 
 
+# Gemma3TextConfig's defaults: the hub's multimodal configs (gemma-3-4b-it and up) list only
+# the text_config keys that differ from them.
+_GEMMA3_TEXT_DEFAULTS = dict(vocab_size=262_208, hidden_size=2304, intermediate_size=9216,
+                             num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
+                             head_dim=256, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                             query_pre_attn_scalar=256, sliding_window=4096,
+                             hidden_activation="gelu_pytorch_tanh")
+
+
 def _gemma3_config(hf: Mapping[str, Any]) -> Dict[str, Any]:
+  hf = {**_GEMMA3_TEXT_DEFAULTS, **hf}
   _activation(hf, "hidden_activation", {"gelu_pytorch_tanh": "gelu_tanh"})
   for key in ("final_logit_softcapping", "attn_logit_softcapping"):
     if hf.get(key) is not None:  # null in every released Gemma 3 config
@@ -228,6 +241,16 @@ def _gemma3_config(hf: Mapping[str, Any]) -> Dict[str, Any]:
               rope_local_theta=local.get("rope_theta", 10_000.0),
               query_pre_attn_scalar=hf.get("query_pre_attn_scalar", 256),
               **_layer_types(hf, sizes["num_layers"]))
+
+
+def _gemma3_mm_config(hf: Mapping[str, Any]) -> Dict[str, Any]:
+  """Gemma3ForConditionalGeneration: the text decoder's config is `text_config`."""
+  text = hf.get("text_config")
+  if not isinstance(text, Mapping):
+    raise ValueError("config.json key 'text_config' is missing or not a dict")
+  text = dict(text)
+  text.setdefault("tie_word_embeddings", hf.get("tie_word_embeddings", True))
+  return _gemma3_config(text)
 
 
 # --- export: ModelConfig -> config.json ---------------------------------------------------
@@ -298,6 +321,11 @@ def _gemma3_to_hf(cfg: ModelConfig) -> Dict[str, Any]:
               pad_token_id=0, bos_token_id=2, eos_token_id=1)
 
 
+def _text_only(cfg: ModelConfig) -> Dict[str, Any]:
+  raise ValueError("cannot export to gemma3 (multimodal): there is no vision tower; the text "
+                   "decoder exports as gemma3_text")
+
+
 _PLAIN = dict(qk_norm=False, norm_plus_one=False, post_norms=False, embed_scale=False,
               mlp_activation="silu")
 FAMILIES.register("llama", Family("llama", _llama_config, _llama_to_hf, _LLAMA_WEIGHTS,
@@ -310,10 +338,19 @@ FAMILIES.register("qwen3", Family("qwen3", _qwen_config, _qwen_to_hf("qwen3"),
                                   {**_LLAMA_WEIGHTS, **_QK_NORM_WEIGHTS}, _COMMON_IGNORE,
                                   ("Qwen3ForCausalLM",), dict(_PLAIN, qkv_bias=False,
                                                               qk_norm=True)))
+_GEMMA3_FIXED = dict(qkv_bias=False, qk_norm=True, norm_plus_one=True, post_norms=True,
+                     embed_scale=True, mlp_activation="gelu_tanh")
 FAMILIES.register("gemma3_text", Family(
     "gemma3_text", _gemma3_config, _gemma3_to_hf, _GEMMA3_WEIGHTS, _COMMON_IGNORE,
-    ("Gemma3ForCausalLM",), dict(qkv_bias=False, qk_norm=True, norm_plus_one=True,
-                                 post_norms=True, embed_scale=True, mlp_activation="gelu_tanh")))
+    ("Gemma3ForCausalLM",), _GEMMA3_FIXED))
+# The hub's gemma-3-4b/12b/27b checkpoints: the text decoder under `language_model.`, beside
+# a SigLIP vision tower and projector that are not read.
+FAMILIES.register("gemma3", Family(
+    "gemma3", _gemma3_mm_config, _text_only,
+    {k: ("language_model." + v, conv) for k, (v, conv) in _GEMMA3_WEIGHTS.items()},
+    (r"vision_tower\..*", r"multi_modal_projector\..*",
+     r"language_model\.model\.rotary_emb\..*"),
+    ("Gemma3ForConditionalGeneration",), _GEMMA3_FIXED, exportable=False))
 
 
 def param_template(path: Tuple[Any, ...]) -> Tuple[str, Dict[str, int]]:
@@ -338,7 +375,7 @@ def family_for(cfg: ModelConfig, name: Optional[str] = None) -> Family:
                        f"{ {k: family.fixed[k] for k in diff} }")
     return family
   for fname in FAMILIES.names():
-    if FAMILIES.get(fname).fits(cfg):
+    if FAMILIES.get(fname).exportable and FAMILIES.get(fname).fits(cfg):
       return FAMILIES.get(fname)
   raise ValueError(f"no HF family has this ModelConfig's switches "
                    f"{ {k: getattr(cfg, k) for k in SWITCHES} }; known: {FAMILIES.names()}")

@@ -41,19 +41,33 @@ def load_run_config(workdir: str) -> mlc.ConfigDict:
   with open(path) as f:
     saved = json.load(f)
   c = base_config()
+  free: dict = {}
   try:
-    c.update_from_flattened_dict(_flatten(saved))
+    c.update_from_flattened_dict(_flatten(saved, free=free))
+    for key, value in free.items():  # kwargs dicts: whatever the run set, as it set it
+      *parents, leaf = key.split(".")
+      block = c
+      for p in parents:
+        block = block[p]
+      block[leaf] = mlc.ConfigDict(value)
   except (KeyError, TypeError, AttributeError) as e:
     raise ValueError(f"{path}: cannot read field {e}") from None
   return c
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
+def _is_free(key: str) -> bool:
+  return key == "kwargs" or key.endswith("_kwargs")
+
+
+def _flatten(d: dict, prefix: str = "", *, free: dict) -> dict:
+  """Flat `a.b.c -> value` of the typed fields; the free kwargs dicts go to `free`."""
   out = {}
   for k, v in d.items():
-    if isinstance(v, dict) and v and k != "kwargs" and not k.endswith("_kwargs"):
-      out.update(_flatten(v, f"{prefix}{k}."))
-    elif not isinstance(v, dict):
+    if isinstance(v, dict) and _is_free(k):
+      free[f"{prefix}{k}"] = v
+    elif isinstance(v, dict):
+      out.update(_flatten(v, f"{prefix}{k}.", free=free))
+    else:
       out[f"{prefix}{k}"] = tuple(v) if isinstance(v, list) else v
   return out
 

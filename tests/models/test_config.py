@@ -154,6 +154,22 @@ def test_new_family_presets_match_hub_configs(tmp_path, name):
   assert n == preset.replace(num_layers=2).num_params()
 
 
+def test_gemma3_4b_hub_multimodal_config_is_the_preset(tmp_path):
+  """google/gemma-3-4b-it's config.json lists only the text_config keys that differ from
+  Gemma3TextConfig's defaults; the translation fills them in as transformers does."""
+  import json
+  from agent_rl.models.hf_import import config_from_hf
+  hub = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+         "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+                         "model_type": "gemma3_text", "num_hidden_layers": 34,
+                         "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                         "sliding_window": 1024},
+         "vision_config": {"model_type": "siglip_vision_model"}, "mm_tokens_per_image": 256}
+  (tmp_path / "config.json").write_text(json.dumps(hub))
+  cfg, family = config_from_hf(str(tmp_path))
+  assert family.name == "gemma3" and cfg == get_preset("gemma-3-4b")
+
+
 def test_family_fields_validation():
   with pytest.raises(ValueError, match="mlp_activation"):
     ModelConfig(mlp_activation="relu")

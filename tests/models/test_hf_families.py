@@ -152,3 +152,25 @@ def test_sliding_model_rejects_cache_without_positions(small_config):
   with pytest.raises(ValueError, match="slot positions"):
     prefill(graphdef, state, jnp.zeros((1, 2), jnp.int32), jnp.zeros((1, 2), jnp.int32),
             jnp.ones((1, 2), bool), cache)
+
+
+def test_gemma3_multimodal_checkpoint_loads_its_text_decoder(tmp_path):
+  """Gemma3ForConditionalGeneration (the hub's 4B+ checkpoints): the text decoder under
+  `language_model.`, the vision tower ignored; text logits equal `transformers`'."""
+  text = dict(SIZES, sliding_window=4, query_pre_attn_scalar=16,
+              layer_types=["sliding_attention", "full_attention"] * 2)
+  vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                image_size=28, patch_size=14)
+  cfg = transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4)
+  cfg._attn_implementation = "eager"
+  cfg.text_config._attn_implementation = "eager"
+  torch.manual_seed(0)
+  hf = randomize(transformers.Gemma3ForConditionalGeneration(cfg).eval(), 0,
+                 zero_centred_norms=True)
+  path = str(tmp_path / "gemma3_mm")
+  hf.save_pretrained(path)
+  ours = load_hf(path)
+  assert ours.cfg.has_sliding and ours.cfg.embed_scale
+  m = LEFT_MASK.astype(bool)
+  np.testing.assert_allclose(our_logits(ours, TOKENS, LEFT_MASK)[m],
+                             hf_logits(hf, TOKENS, LEFT_MASK)[m], atol=1e-4, rtol=0)

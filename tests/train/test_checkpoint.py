@@ -88,3 +88,14 @@ def test_cadence_is_orbax_policy(tmp_path):
   saved = [s for s in range(1, 6) if ck.save(s, _params(s), _opt(s), {"phase": "rl"})]
   assert saved == [2, 4] and not ck.preempted(5)
   ck.close()
+
+
+def test_run_config_round_trip_keeps_kwargs(tmp_path):
+  from agent_rl.train import pretrained
+  from agent_rl.train.config import base_config
+  c = base_config()
+  c.credit.name, c.credit.kwargs.gamma, c.env.kwargs.max_steps = "gigpo", 0.95, 6
+  c.rollout.strategy_kwargs.keep_ratio = 0.5
+  pretrained.save_run_config(c, str(tmp_path))
+  r = pretrained.load_run_config(str(tmp_path))
+  assert r.to_dict() == c.to_dict()
