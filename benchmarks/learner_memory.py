@@ -23,7 +23,8 @@ one step, so the shared CPU's load hits them alike; each variant reports its med
 
   python benchmarks/learner_memory.py [--quick] [--steps 3] [--chunk 256] [--dtype bfloat16]
 
---quick: one timed round, timing only 8 x 512. Writes benchmarks/results/learner_memory.json
+--quick: one timed round, timing only the first shape. --compile-only: memory analysis only.
+--shapes 4x2048: other shapes. Writes benchmarks/results/learner_memory.json
 (or --out) and prints it.
 """
 from __future__ import annotations
@@ -133,13 +134,17 @@ def main():
   ap.add_argument("--max-run-gib", type=float, default=9.0,
                   help="time a step only if its compiled peak fits this much RAM")
   ap.add_argument("--time-remat", action="store_true", help="also time chunked+remat")
+  ap.add_argument("--shapes", default=",".join(f"{b}x{l}" for b, l in SHAPES),
+                  help="comma-separated BxL shapes")
+  ap.add_argument("--compile-only", action="store_true", help="memory analysis, no timing")
   ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
                                                 "learner_memory.json"))
   args = ap.parse_args()
   rounds = 1 if args.quick else args.steps
   optimizer = optax.adamw(1e-4, weight_decay=0.01)
   results = []
-  for si, (b, l) in enumerate(SHAPES):
+  shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
+  for si, (b, l) in enumerate(shapes):
     row = dict(batch=b, length=l, tokens=b * l, variants={})
     compiled = {}
     for name, (chunk, remat) in variants(args.chunk).items():
@@ -149,7 +154,8 @@ def main():
                                    **mem)
       print(f"{b}x{l} {name}: peak {mem['peak_gib']} GiB (compiled in {secs:.0f} s)", flush=True)
       wanted = name != "chunked+remat" or args.time_remat
-      if wanted and mem["peak_bytes"] <= args.max_run_gib * GIB and not (args.quick and si):
+      fits = mem["peak_bytes"] <= args.max_run_gib * GIB
+      if wanted and fits and not args.compile_only and not (args.quick and si):
         compiled[name] = fn
     if compiled:
       cfg = dataclasses.replace(CFG, dtype=args.dtype)

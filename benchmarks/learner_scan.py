@@ -1,9 +1,10 @@
 """Benchmark: epochs x minibatches as one `lax.scan` in one jit (purejaxrl) vs the Python loop.
 
 Today `agent_rl.train.learner.update` runs `epochs` shuffled passes in Python: per minibatch
-it gathers the rows (one small jitted gather), calls the jitted, donated train step, and adds
+it gathers the rows (eager gathers), calls the jitted, donated train step, and adds
 the metrics. purejaxrl instead permutes once per epoch, reshapes the rows to
-[epochs * minibatches, rows, ...] and `lax.scan`s the step over them inside one jit. Both
+[epochs * minibatches, rows, ...] and `lax.scan`s the step over them inside one jit
+(`agent_rl.train.epochs.make_scan_update`). Both
 paths here take the same permutations (`jax.random.permutation(fold_in(key, e), R)`), so
 they compute the same updates; the script checks the final parameters agree.
 
@@ -36,6 +37,7 @@ from flax import nnx  # noqa: E402
 from agent_rl.models import ModelConfig  # noqa: E402
 from agent_rl.objective import Minibatch, build_objective  # noqa: E402
 from agent_rl.train.config import base_config  # noqa: E402
+from agent_rl.train.epochs import make_scan_update  # noqa: E402
 from agent_rl.train.learner import update  # noqa: E402
 from agent_rl.train.policy import ActorCritic, make_apply  # noqa: E402
 from agent_rl.train.step import TrainState, make_train_step  # noqa: E402
@@ -47,24 +49,6 @@ MODELS = {
                           num_kv_heads=2, head_dim=64, intermediate=1024),
 }
 ROWS, LENGTH, MB_ROWS, EPOCHS = 16, 128, 4, 2
-
-
-def scan_update(train_step, state, rows: Minibatch, key: jax.Array, *, epochs: int,
-                minibatch_rows: int):
-  """Drop-in for `learner.update` (same permutations, same mean metrics) as one traced
-  program: call it inside `jax.jit(..., static_argnames=("epochs", "minibatch_rows"),
-  donate_argnums=1)` with `train_step` un-jitted (bound with functools.partial)."""
-  r = rows.tokens.shape[0]
-  mb = min(minibatch_rows, r)
-  if r % mb:
-    raise ValueError(f"config.train.minibatch_episodes: {mb} rows must divide the {r} rows "
-                     "of a rollout")
-  perms = jnp.stack([jax.random.permutation(jax.random.fold_in(key, e), r)
-                     for e in range(epochs)])  # [epochs, R]
-  idx = perms.reshape(epochs * (r // mb), mb)
-  batches = jax.tree.map(lambda x: x[idx], rows)  # [epochs * minibatches, mb, ...]
-  state, metrics = jax.lax.scan(train_step, state, batches)
-  return state, jax.tree.map(lambda m: jnp.mean(m, axis=0), metrics)
 
 
 def _rows(cfg: ModelConfig) -> Minibatch:
@@ -87,8 +71,8 @@ def bench(cfg: ModelConfig, rounds: int) -> dict:
                                       mb, key)
   step = make_train_step(loss, optimizer)
   step_jit = jax.jit(step, donate_argnums=0)
-  scan_jit = jax.jit(lambda s, rows, key: scan_update(step, s, rows, key, epochs=EPOCHS,
-                                                      minibatch_rows=MB_ROWS), donate_argnums=0)
+  scan_jit = jax.jit(make_scan_update(step, epochs=EPOCHS, minibatch_rows=MB_ROWS),
+                     donate_argnums=0)
   new_state = lambda: TrainState(params=jax.tree.map(jnp.copy, params),
                                  opt_state=optimizer.init(params),
                                  step=jnp.zeros((), jnp.int32), rng=jnp.zeros((2,), jnp.uint32))

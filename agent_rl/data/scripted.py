@@ -70,7 +70,8 @@ def encode_plans(tokenizer, plans: Sequence[Sequence[str]], num_turns: int, max_
   a turn whose text does not fit `max_tokens` raises, naming the text. `fmt="{}"` takes
   preformatted turn texts (e.g. SPA world-model turns, `agent_rl.data.world_model`).
   """
-  end = tokenizer.special("<|im_end|>")
+  from agent_rl.tokenizers.chat import turn_end_id
+  end = turn_end_id(tokenizer)
   out = np.full((len(plans), num_turns, max_tokens), end, np.int32)
   for i, plan in enumerate(plans):
     for t, action in enumerate(list(plan)[:num_turns]):

@@ -262,7 +262,10 @@ def build(byte_table: np.ndarray, byte_lengths: np.ndarray, words: Sequence[byte
   # A byte that ends segment k with word d adds (d + 1) * B**k to the register.
   byte_emit = np.where(byte_word >= 0, (byte_word + 1) * base ** k[:, None], 0).astype(np.int32)
   fail = states.index(FAIL) if FAIL in states else -1
-  tok_cls, fns, grows, emits = _lift(byte_next, byte_emit, inside, fail, byte_table, byte_lengths)
+  lifted = _lift(byte_next, byte_emit, inside, fail, byte_table, byte_lengths)
+  if lifted is None:
+    return None
+  tok_cls, fns, grows, emits = lifted
   n_cls = fns.shape[0]
   fields = int(n_states - 1).bit_length() + 8 + int(base ** max_actions - 1).bit_length()
   if n_states * (n_cls + 1) > max_entries or fields > 32:   # one packed 32-bit entry
@@ -288,7 +291,8 @@ def _lift(byte_next: np.ndarray, byte_emit: np.ndarray, inside: np.ndarray, fail
   first j bytes, class of byte j), and each such pair is composed once however many tokens
   share it. Cost ~K * V integer ops plus (distinct pairs) * S, not V * S.
 
-  Returns `(cls [V] int32, fns [C, S], grows [C, S], emits [C, S])`.
+  Returns `(cls [V] int32, fns [C, S], grows [C, S], emits [C, S])`, or None on a hash
+  collision of two different effects (checked, so the tables are exact or not built).
   """
   n_states = byte_next.shape[0]
   # Byte classes: bytes whose columns of (byte_next, byte_emit) are equal (as _explore made them).
@@ -351,7 +355,7 @@ def _lift(byte_next: np.ndarray, byte_emit: np.ndarray, inside: np.ndarray, fail
       got[u] = g
     if not (np.array_equal(fns[got], nf) and np.array_equal(grows[got], ng)
             and np.array_equal(emits[got], ne)):
-      raise RuntimeError("token automaton: effect hash collision (report this vocabulary)")
+      return None                 # a 64-bit hash collision (never seen): keep the scanner
     memo[new] = got
     if memo.size < n_fx * n_b:
       memo = np.concatenate([memo, np.full((n_fx * n_b - memo.size + memo.size,), -1, np.int64)])

@@ -45,7 +45,8 @@ def evaluate(policy, params, env, pieces, ecfg: EpisodeConfig, *, num_tasks: int
 def episode_config(c, tokenizer) -> EpisodeConfig:
   """The EpisodeConfig of `config.rollout` (shared by training, SFT replay and eval)."""
   r = c.rollout
-  stops = (tokenizer.special("<|im_end|>"), tokenizer.eos_id)
+  from agent_rl.tokenizers.chat import stop_ids  # host-only
+  stops = stop_ids(tokenizer)
   sampler = SamplerConfig(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                           max_tokens=r.max_action_tokens, stop_tokens=stops)
   return EpisodeConfig(sampler=sampler, max_turns=r.max_turns, group_size=r.group_size,

@@ -188,3 +188,18 @@ def verify(tokenizer, pieces: ChatPieces, instruction: str, system: str | None,
                      f"conversation: first difference at token {k} (pieces give "
                      f"{tokenizer.decode(got[k:k + 8])!r}, the template "
                      f"{tokenizer.decode(want[k:k + 8])!r})")
+
+
+def turn_end_id(tokenizer) -> int:
+  """The token that ends an assistant turn: the chat template's (`prompt_pieces`), else
+  ChatML's `<|im_end|>` (the local sentencepiece tokenizers)."""
+  if getattr(tokenizer, "chat_template", None):
+    return prompt_pieces(tokenizer, "probe").turn_end_id
+  return tokenizer.special("<|im_end|>")
+
+
+def stop_ids(tokenizer) -> tuple[int, ...]:
+  """Tokens that stop the policy's turn: the turn end, then every eos id the checkpoint's
+  generation_config names (Llama-3 and Gemma list several), deduplicated in order."""
+  ids = [turn_end_id(tokenizer), *getattr(tokenizer, "eos_ids", (tokenizer.eos_id,))]
+  return tuple(dict.fromkeys(int(i) for i in ids))

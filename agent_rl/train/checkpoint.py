@@ -109,7 +109,9 @@ class RunCheckpoint:
                  meta=ocp.args.JsonSave(dict(meta, layout=LAYOUT)))
     if reference is not None:
       items["reference"] = ocp.args.StandardSave(reference)
-    return bool(self._mngr.save(step, args=ocp.args.Composite(**items), metrics=metrics,
+    # {} rather than None: a step without an evaluation ranks -inf for BestN (kept only by
+    # LatestN) and orbax does not warn about a missing tracked metric.
+    return bool(self._mngr.save(step, args=ocp.args.Composite(**items), metrics=metrics or {},
                                 force=force))
 
   def wait(self) -> None:

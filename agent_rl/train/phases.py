@@ -15,7 +15,9 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 
+from agent_rl.credit import baseline
 from agent_rl.envs.tasks import batched_sampler
+from agent_rl.eval.episodes import held_out_episodes
 from agent_rl.eval.evaluate import evaluate
 from agent_rl.objective import shapers
 from agent_rl.parallel.distributed import main_process_first
@@ -78,6 +80,7 @@ class Run:
   sft_step: Callable
   credit_fn: Callable
   roll_fn: Callable
+  baseline_fn: Optional[Callable]  # ReMax's greedy baseline rollout, when the kernel needs it
   strategy: Any
   strategy_kwargs: dict
   uses_reference: bool
@@ -102,6 +105,17 @@ def evaluate_params(run: Run, params) -> dict:
   return to_host(evaluate(run.policy, params["lm"], run.setup.env, run.setup.pieces, run.ecfg,
                           num_tasks=c.eval.num_tasks, seed=c.eval.seed, k=c.eval.k,
                           greedy=c.eval.greedy, place=run.spec.place.batch))
+
+
+def log_episodes(run: Run, params, step: int, tag: str) -> None:
+  """A few greedy held-out episodes as text (prompt, actions, observations, rewards) into the
+  writers and the report. Every process runs the (collective) rollout; process 0 writes."""
+  c = run.c
+  if c.log.episodes:
+    run.writer.write_episodes(step, tag, held_out_episodes(
+        run.policy, params["lm"], run.setup.env, run.setup.pieces, run.ecfg, run.setup.tokenizer,
+        num_tasks=c.eval.num_tasks, seed=c.eval.seed, num=c.log.episodes, greedy=c.eval.greedy,
+        place=run.spec.place.batch))
 
 
 def save(run: Run, prog: Progress, *, metrics: Optional[dict] = None, force: bool = False) -> bool:
@@ -204,6 +218,9 @@ def rl_batch(run: Run, prog: Progress, it: int):
   k_tasks, k_roll, k_upd = jax.random.split(jax.random.fold_in(jax.random.key(c.seed), 1000 + it), 3)
   tasks = place.batch(batched_sampler(run.setup.env)(jax.random.split(k_tasks, c.rollout.num_tasks)))
   batch, rmetrics = run.strategy.run(run.roll_fn, params["lm"], tasks, k_roll, **run.strategy_kwargs)
+  if run.baseline_fn is not None:  # ReMax: the greedy return of the same tasks (same reset keys)
+    batch, bm = baseline.attach_baseline_return(batch, run.baseline_fn, params["lm"], tasks, k_roll)
+    rmetrics = {**rmetrics, **bm}
   if c.model.critic != "none":
     batch = batch.replace(values=learner.critic_values(run.spec.graphdef, params, batch))
   if prog.reference is not None:
@@ -260,4 +277,6 @@ def rl_phase(run: Run, prog: Progress) -> dict:
     exit_if_preempted(run, prog, "")
   if bar is not None:
     bar.close()
+  if last:  # the run did iterate: what the agent does after training
+    log_episodes(run, prog.state.params, prog.meta.global_step, "after")
   return last

@@ -115,6 +115,8 @@ def load_hf_policy(path: str, model_cfg: Any, place: Placement) -> Any:
   from agent_rl.models import load_hf
   from agent_rl.models.hf_import import config_from_hf
   hf_cfg, _ = config_from_hf(path, dtype=model_cfg.dtype, param_dtype=model_cfg.param_dtype)
+  # How the run computes (activation remat, LoRA adapters) is not part of the checkpoint.
+  hf_cfg = dataclasses.replace(hf_cfg, remat=model_cfg.remat, lora=model_cfg.lora)
   diff = [f"{f.name}={getattr(hf_cfg, f.name)!r} (run: {getattr(model_cfg, f.name)!r})"
           for f in dataclasses.fields(model_cfg)
           if getattr(hf_cfg, f.name) != getattr(model_cfg, f.name)]

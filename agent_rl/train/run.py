@@ -58,6 +58,8 @@ def run(c: mlc.ConfigDict, workdir: str, *, kill_after: int | None = None) -> di
     if prog is None:
       prog = phases.initial_progress(r, initial_params(r))
     r.writer.truncate_after(prog.meta.global_step)
+    if prog.meta.global_step == 0:  # what the agent does before training, as text
+      phases.log_episodes(r, prog.state.params, 0, "before")
     if prog.meta.phase == "sft":
       prog = phases.sft_phase(r, prog)
     last = phases.rl_phase(r, prog)
@@ -91,6 +93,12 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   strategy = STRATEGIES.get(c.rollout.strategy)
   strat_kw = dict(c.rollout.strategy_kwargs)
   roll_fn = make_rollout(policy, setup.env, strategy.configure(ecfg, **strat_kw), setup.pieces)
+  # What the credit kernel reads must exist before anything compiles (kernel, input, env).
+  needs = credit_lib.check_inputs(c.credit.name, dict(c.credit.kwargs), env=setup.env,
+                                  env_name=c.env.name, critic=c.model.critic != "none",
+                                  strategy=c.rollout.strategy)
+  baseline_fn = (credit_lib.baseline.make_baseline_rollout(policy, setup.env, ecfg, setup.pieces)
+                 if needs.baseline_rollout else None)
   startup_report(c, spec, rl_opt, setup, roll_fn)
 
   apply_fn = make_apply(spec.graphdef)
@@ -109,7 +117,8 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
       c=c, workdir=workdir, setup=setup, ecfg=ecfg, spec=spec, policy=policy, rl_opt=rl_opt,
       sft_opt=sft_opt, rl_step=jit_step(make_train_step(rl_loss, rl_opt), spec, rl_opt),
       sft_step=jit_step(make_train_step(sft.make_sft_loss(apply_fn), sft_opt), spec, sft_opt),
-      credit_fn=credit_fn, roll_fn=roll_fn, strategy=strategy, strategy_kwargs=strat_kw,
+      credit_fn=credit_fn, roll_fn=roll_fn, baseline_fn=baseline_fn, strategy=strategy,
+      strategy_kwargs=strat_kw,
       uses_reference=uses_reference(c), teacher=teacher, ckpt=ckpt,
       writer=MetricWriter.from_config(c, workdir), kill_after=kill_after)
 

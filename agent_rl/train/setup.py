@@ -18,7 +18,7 @@ from agent_rl import envs, models
 from agent_rl.envs.tasks import sample_tasks
 from agent_rl.data.world_model import spa_plans
 from agent_rl.rollout.layout import PromptPieces, chat_pieces
-from agent_rl.tokenizers import ByteTokenizer, Tokenizer, train_tokenizer
+from agent_rl.tokenizers import ByteTokenizer, Tokenizer, load_tokenizer, train_tokenizer
 
 SYSTEM_PROMPT = "You are a helpful agent."
 
@@ -51,10 +51,23 @@ def env_corpus(env_name: str, env_kwargs: dict, num_tasks: int = 64, seed: int =
   return texts
 
 
-def build_tokenizer(c: mlc.ConfigDict, workdir: str):
-  """Loads `config.tokenizer.path`, or trains one on env text into the workdir (reused)."""
+def tokenizer_path(c: mlc.ConfigDict) -> str:
+  """`config.tokenizer.path` (a sentencepiece .model or a HF tokenizer directory); when it is
+  empty and `model.init_from` is a HF checkpoint directory, that checkpoint's own tokenizer."""
   if c.tokenizer.path:
-    return Tokenizer.load(c.tokenizer.path)
+    return c.tokenizer.path
+  d = c.model.init_from
+  if d and os.path.isfile(os.path.join(d, "tokenizer.json")):
+    return d
+  return ""
+
+
+def build_tokenizer(c: mlc.ConfigDict, workdir: str):
+  """Loads the configured tokenizer (`tokenizer_path`), or trains one on env text into the
+  workdir (reused)."""
+  path = tokenizer_path(c)
+  if path:
+    return load_tokenizer(path)
   path = os.path.join(workdir, "tokenizer.model")
   if not os.path.exists(path):
     texts = env_corpus(c.env.name, dict(c.env.kwargs), world_model=bool(c.sft.world_model))
@@ -86,9 +99,21 @@ def model_factory(c: mlc.ConfigDict, model_cfg: models.ModelConfig):
                              rngs=nnx.Rngs(c.seed))
 
 
+def is_hf_checkpoint(path: str) -> bool:
+  """A Hugging Face checkpoint directory (safetensors weights), not an agent_rl workdir."""
+  return bool(path) and any(os.path.exists(os.path.join(path, f)) for f in
+                            ("model.safetensors", "model.safetensors.index.json"))
+
+
 def model_config(c: mlc.ConfigDict, vocab_size: int) -> models.ModelConfig:
   """The preset of `config.model` with its non-zero size / non-empty dtype overrides and the
-  tokenizer's vocab."""
+  tokenizer's vocab; with `model.init_from` a HF checkpoint, that checkpoint's own config
+  (family, sizes, vocabulary), with the dtype / remat overrides."""
+  if is_hf_checkpoint(c.model.init_from):
+    from agent_rl.models.hf_import import config_from_hf
+    kw = {k: c.model[k] for k in ("dtype", "param_dtype") if c.model.get(k)}
+    cfg, _ = config_from_hf(c.model.init_from, **kw)
+    return dataclasses.replace(cfg, remat=c.model.get("remat", "none"))
   over = {k: int(c.model[k]) for k in ("hidden", "num_layers", "num_heads", "num_kv_heads",
                                        "intermediate") if c.model[k]}
   if "hidden" in over and "num_heads" in over:

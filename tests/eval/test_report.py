@@ -50,10 +50,10 @@ def test_report_on_gs_workdir(tmp_path):
 
 def test_report_cli_prints_the_markdown(tmp_path, capsys):
   import pytest
-  from agent_rl.report import main
+  from agent_rl.train.report import main
   fill(tmp_path)
-  main(["agent_rl.report", str(tmp_path)])
+  main(["agent_rl.train.report", str(tmp_path)])
   out = capsys.readouterr().out
   assert "## Sampled episodes" in out and f"wrote {tmp_path}/report.png" in out
   with pytest.raises(SystemExit, match="usage"):
-    main(["agent_rl.report"])
+    main(["agent_rl.train.report"])

@@ -78,6 +78,9 @@ def test_special_ids_and_config(style):
   if ref.bos_token_id is not None:
     assert ours.bos_id == ref.bos_token_id
     assert ours.encode("hi", add_bos=True) == ref.encode("hi")[:1] + ours.encode("hi")
+  else:                                   # Qwen: no bos; asking for one names file and key
+    with pytest.raises(ValueError, match=r"tokenizer_config.json: key 'bos_token' is not set"):
+      ours.encode("hi", add_bos=True)
   with open(os.path.join(hf_dir(style), "generation_config.json")) as f:
     assert list(ours.eos_ids) == json.load(f)["eos_token_id"]
   assert ours.pad_id == ref.convert_tokens_to_ids(PADS.get(style) or ref.pad_token)

@@ -102,12 +102,14 @@ def test_main_job_learns_at_full_tiny_scale(tmp_path):
 
 
 def test_nan_halts_naming_step_and_metric_and_keeps_checkpoint(tmp_path):
-  """lr 1e30: iteration 1's update is finite but blows the weights up (the entropy term
-  gives a gradient even when every reward in a group is equal), so iteration 2's rollout and
-  loss are NaN; the run halts there and the step-1 checkpoint stays."""
+  """lr 1e15: iteration 1's update is finite but blows the weights up (the entropy term
+  gives a gradient even when every reward in a group is equal; ~1e15 keeps the parameter
+  norm finite), so iteration 2's attention overflows and its loss is NaN; the run halts
+  there and the step-1 checkpoint stays."""
   from tests.train.tiny import tiny_config
   c = tiny_config(iterations=3, ckpt_every=1)
-  c.optim.lr, c.loss.entropy_coef = 1e30, 0.01
+  c.optim.lr, c.loss.entropy_coef = 1e15, 0.01
+  c.train.minibatch_episodes = 4  # one update per iteration, so iteration 1 stays finite
   c.train.eval_every = 10
   with pytest.raises(NonFiniteError, match=r"non-finite metric '[^']+' = (nan|inf|-inf) at step 2;"):
     run(c, str(tmp_path))
