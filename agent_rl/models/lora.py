@@ -29,6 +29,7 @@ from flax import nnx
 
 from agent_rl.models.dense import dense
 
+ADAPTER_DTYPE = jnp.float32
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 # target -> (module attribute path inside a block, PEFT module name, number of input dims
 # of our base weight: q/k/v/gate/up/down take [E]; o takes [H, D]).
@@ -91,7 +92,10 @@ def add_adapters(module: nnx.Module, name: str, cfg: LoraConfig, n_in: int,
   """Adds `{name}_lora_a` [*in, r] (normal(1/sqrt(in))) and `{name}_lora_b` [r, *out]
   (zeros, so the adapted model starts equal to the base) beside `module.{name}`."""
   base = getattr(module, name)
-  shape, dtype = base.get_value().shape, base.get_value().dtype
+  shape = base.get_value().shape
+  # Adapters are the trained weights: kept in float32 even over a bf16-stored frozen base
+  # (Adam updates of ~lr * 1e-3 relative size vanish in bf16's 8-bit mantissa).
+  dtype = ADAPTER_DTYPE
   axes = tuple(base.get_metadata()["out_sharding"])
   fan_in = math.prod(shape[:n_in])
   a = nnx.initializers.normal(stddev=fan_in ** -0.5)(rngs.params(), (*shape[:n_in], cfg.rank),
@@ -152,8 +156,8 @@ def attach(cfg, base_state, seed: int = 0) -> nnx.State:
       fan_in = math.prod(w.shape[:n_in])
       k = jax.random.fold_in(key, int(i) * len(TARGETS) + j)
       mod[f"{t}_lora_a"] = (jax.random.normal(k, (*w.shape[:n_in], cfg.lora.rank), jnp.float32)
-                            * fan_in ** -0.5).astype(w.dtype)
-      mod[f"{t}_lora_b"] = jnp.zeros((cfg.lora.rank, *w.shape[n_in:]), w.dtype)
+                            * fan_in ** -0.5).astype(ADAPTER_DTYPE)
+      mod[f"{t}_lora_b"] = jnp.zeros((cfg.lora.rank, *w.shape[n_in:]), ADAPTER_DTYPE)
   return _to_state(cfg, params)
 
 

@@ -33,6 +33,9 @@ def base_config() -> mlc.ConfigDict:
       # memory ~chunk x V, not B x L x V); 0 materializes the logits (the benchmark's baseline).
       logprob_chunk=256,
       remat="none",  # none | block: recompute each decoder block in the backward (jax.checkpoint)
+      # LoRA (agent_rl.models.lora): rank 0 = off (full fine-tuning); rank > 0 trains only the
+      # adapters (delta W = alpha / rank * A B) on these comma-listed projections, the base frozen.
+      lora=mlc.ConfigDict(dict(rank=0, alpha=16.0, dropout=0.0, targets="q,k,v,o,gate,up,down")),
   ))
   c.tokenizer = mlc.ConfigDict(dict(
       path="",  # an existing sentencepiece .model; "" trains one on env text into workdir
@@ -133,6 +136,7 @@ def validate(c: mlc.ConfigDict) -> None:
   for f in ("dtype", "param_dtype"):
     need(c.model[f] in ("", *DTYPES), f"model.{f}",
          f"must be one of {'|'.join(DTYPES)} (or '' for the preset's), got {c.model[f]!r}")
+  _validate_lora(c, need)
   need(c.env.name in envs.ENVS, "env.name",
        f"unknown environment {c.env.name!r}; known: {', '.join(envs.ENVS.names())}")
   need(c.credit.name in credit.CREDIT, "credit.name",
@@ -266,6 +270,27 @@ def check_fields(c: mlc.ConfigDict, base: mlc.ConfigDict | None = None, path: st
       if not isinstance(c[k], mlc.ConfigDict):
         raise ValueError(f"{path}.{k}: must be a block of fields, got {c[k]!r}")
       check_fields(c[k], base[k], f"{path}.{k}")
+
+
+def lora_config(c: mlc.ConfigDict):
+  """`config.model.lora` as a models.lora.LoraConfig, or None when rank is 0 (LoRA off)."""
+  from agent_rl.models.lora import LoraConfig
+  lc = c.model.lora
+  if lc.rank == 0:
+    return None
+  return LoraConfig(rank=lc.rank, alpha=lc.alpha, dropout=lc.dropout,
+                    targets=tuple(t.strip() for t in lc.targets.split(",") if t.strip()))
+
+
+def _validate_lora(c: mlc.ConfigDict, need) -> None:
+  r = c.model.lora.rank
+  need(isinstance(r, int) and not isinstance(r, bool) and r >= 0, "model.lora.rank",
+       f"must be an int >= 0 (0 = LoRA off), got {r!r}")
+  if r > 0:
+    try:
+      lora_config(c)
+    except ValueError as e:  # LoraConfig names the sub-field (lora.alpha, lora.targets, ...)
+      raise ValueError(f"config.model.{e}") from None
 
 
 def _validate_mesh(c: mlc.ConfigDict, need) -> None:

@@ -27,7 +27,7 @@ from agent_rl.parallel.placement import Placement, make_placement
 from agent_rl.rollout.compiled import make_rollout
 from agent_rl.rollout.policy import Policy
 from agent_rl.rollout.strategies import STRATEGIES
-from agent_rl.train import phases, pretrained, sft
+from agent_rl.train import lora_learner, phases, pretrained, sft
 from agent_rl.train.checkpoint import RunCheckpoint
 from agent_rl.train.config import validate
 from agent_rl.train.metrics import MetricWriter
@@ -89,6 +89,8 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   rl_opt = make_optimizer(c.optim, iters * updates)
   sft_opt = make_optimizer(mlc.ConfigDict(dict(c.optim.to_dict(), lr=c.sft.lr, warmup_steps=0,
                                                schedule="constant")), max(sft_steps, 1))
+  if setup.model_cfg.lora is not None:  # only adapters (and a critic head) train and hold state
+    rl_opt, sft_opt = lora_learner.freeze_base(rl_opt), lora_learner.freeze_base(sft_opt)
   policy = Policy.from_model(setup.model_cfg, spec.lm_graphdef)
   strategy = STRATEGIES.get(c.rollout.strategy)
   strat_kw = dict(c.rollout.strategy_kwargs)
@@ -105,6 +107,9 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   objective = build_objective(c)
   rl_loss = lambda params, mb, key: objective(apply_fn(params, mb.tokens, mb.position,
                                                        mb.attention_mask), mb, key)
+  sft_loss = sft.make_sft_loss(apply_fn)
+  if setup.model_cfg.lora is not None:  # no base-weight gradients are computed at all
+    rl_loss, sft_loss = lora_learner.frozen_loss(rl_loss), lora_learner.frozen_loss(sft_loss)
   teacher = None
   if c.distill.coef > 0:
     t = pretrained.load_run_policy(c.distill.teacher, setup.model_cfg.vocab_size, place)
@@ -116,7 +121,7 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   return phases.Run(
       c=c, workdir=workdir, setup=setup, ecfg=ecfg, spec=spec, policy=policy, rl_opt=rl_opt,
       sft_opt=sft_opt, rl_step=jit_step(make_train_step(rl_loss, rl_opt), spec, rl_opt),
-      sft_step=jit_step(make_train_step(sft.make_sft_loss(apply_fn), sft_opt), spec, sft_opt),
+      sft_step=jit_step(make_train_step(sft_loss, sft_opt), spec, sft_opt),
       credit_fn=credit_fn, roll_fn=roll_fn, baseline_fn=baseline_fn, strategy=strategy,
       strategy_kwargs=strat_kw,
       uses_reference=uses_reference(c), teacher=teacher, ckpt=ckpt,
@@ -134,7 +139,9 @@ def initial_params(r: phases.Run):
   """Fresh params: born sharded from the seed, or `model.init_from` (a run or a HF dir)."""
   params = init_params(r.spec)
   if r.c.model.init_from:
-    params = dict(params, lm=pretrained.init_from(r.c, r.setup.model_cfg, r.spec.place))
+    # In place: `dict(params, lm=...)` would turn the nnx.State into a dict whose pytree no
+    # longer matches the jitted step's shardings.
+    params["lm"] = pretrained.init_from(r.c, r.setup.model_cfg, r.spec.place)
   return params
 
 

@@ -1,0 +1,140 @@
+"""Export a run's policy as a Hugging Face checkpoint directory (or a PEFT adapter).
+
+    python -m agent_rl.export --workdir=RUN --out=DIR [--checkpoint=best|latest] \
+        [--lora=merged|adapter]
+
+Restores the policy LM of RUN (best-by-eval checkpoint by default, else the newest readable
+one) through the one path that restores a run's policy (`train.pretrained.load_run_policy`)
+and writes `config.json` + safetensors with `models.save_hf`, plus the run's tokenizer files
+(the HF directory's own `tokenizer.json` / chat template when the run used one, else the
+run's sentencepiece `tokenizer.model`), so `transformers.AutoModelForCausalLM
+.from_pretrained(DIR)` and `AutoTokenizer.from_pretrained(DIR)` load it as they are.
+
+A LoRA run (`ModelConfig.lora` set) exports either the merged weights (`--lora=merged`, the
+default: W + alpha/r A B folded in, a plain checkpoint) or a PEFT adapter directory
+(`--lora=adapter`: `adapter_config.json` + `adapter_model.safetensors`, with
+`base_model_name_or_path` = the run's `model.init_from`) that `peft.PeftModel.from_pretrained`
+loads onto the base model.
+
+The export restores onto one device (the first of `jax.devices()`), whatever mesh the run
+trained on: checkpoints are read with the reader's shardings, and writing safetensors
+gathers every weight on the host anyway.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Dict, Optional
+
+import ml_collections as mlc
+
+LORA_MODES = ("merged", "adapter")
+
+
+def _merged(out: str, cfg, params, tokenizer, base: Optional[str]) -> Dict[str, Any]:
+  from agent_rl.models import lora, save_hf
+  if cfg.lora is not None:
+    cfg, params = lora.merge(cfg, params)
+  return save_hf(out, cfg, params, tokenizer=tokenizer)
+
+
+def _adapter(out: str, cfg, params, tokenizer, base: Optional[str]) -> Dict[str, Any]:
+  from agent_rl.models import lora
+  from agent_rl.models.hf_export import _save_tokenizer
+  if cfg.lora is None:
+    raise ValueError("--lora=adapter: the run has no LoRA adapters (ModelConfig.lora is None); "
+                     "export the full weights with --lora=merged")
+  files = lora.save_peft(out, cfg, params, base_model_name_or_path=base or None)
+  if tokenizer is not None:  # PEFT dirs conventionally carry the tokenizer too
+    files += _save_tokenizer(out, tokenizer)
+  return {"family": "peft", "files": files,
+          "num_params": int(sum(v.size for v in lora.to_peft(cfg, params).values()))}
+
+
+# --lora mode -> writer(out, model_cfg, params, tokenizer, base_model_dir) -> save summary.
+WRITERS: Dict[str, Callable[..., Dict[str, Any]]] = {"merged": _merged, "adapter": _adapter}
+
+
+def export_policy(out: str, model_cfg, params, tokenizer=None, *, lora_mode: str = "merged",
+                  base: Optional[str] = None) -> Dict[str, Any]:
+  """Writes `params` (the policy LM's nnx.State / pure dict of `Transformer(model_cfg)`) to
+  `out` as a HF checkpoint (`lora_mode="merged"`; adapters, if any, folded in) or a PEFT
+  adapter (`"adapter"`, model_cfg.lora must be set; `base` goes to base_model_name_or_path).
+  Returns save_hf's {"family", "files", "num_params"} (for an adapter: the adapter's)."""
+  if lora_mode not in WRITERS:
+    raise ValueError(f"--lora must be one of {LORA_MODES}, got {lora_mode!r}")
+  return WRITERS[lora_mode](out, model_cfg, params, tokenizer, base)
+
+
+def _one_device_mesh(c: mlc.ConfigDict) -> mlc.ConfigDict:
+  m = c.mesh.copy_and_resolve_references()
+  m.data, m.fsdp, m.tensor, m.num_devices = -1, 1, 1, 1
+  for a in ("data", "fsdp", "tensor"):
+    m.dcn[a] = 1
+  return m
+
+
+def run_tokenizer(workdir: str, c: mlc.ConfigDict):
+  """The tokenizer the run in `workdir` used (configured path, HF init_from dir, or the one
+  it trained into the workdir)."""
+  from agent_rl.tokenizers import load_tokenizer
+  from agent_rl.train.setup import tokenizer_path
+  path = tokenizer_path(c) or os.path.join(workdir, "tokenizer.model")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{workdir}: the run's tokenizer {path} does not exist (a "
+                            f"configured tokenizer.path / model.init_from moved or deleted?)")
+  return load_tokenizer(path)
+
+
+def export_run(workdir: str, out: str, *, which: str = "best", lora_mode: str = "merged"
+               ) -> Dict[str, Any]:
+  """Exports the policy of the agent_rl run in `workdir` to `out` (module docstring).
+  Returns {"checkpoint_step", "out", "family", "files", "num_params", ...the step's meta}."""
+  from agent_rl.parallel.placement import make_placement
+  from agent_rl.train.pretrained import checkpoint_dir, load_run_config, load_run_policy
+  if which not in ("best", "latest"):
+    raise ValueError(f"--checkpoint must be best|latest, got {which!r}")
+  if lora_mode not in WRITERS:
+    raise ValueError(f"--lora must be one of {LORA_MODES}, got {lora_mode!r}")
+  if not os.path.isdir(workdir):
+    raise FileNotFoundError(f"--workdir {workdir!r} is not a directory")
+  c = load_run_config(workdir)  # names the missing WORKDIR/config.json
+  if not os.path.isdir(checkpoint_dir(workdir)):
+    raise FileNotFoundError(f"{checkpoint_dir(workdir)}: no checkpoints in this workdir")
+  if c.model.init_from and not os.path.isdir(c.model.init_from):
+    raise FileNotFoundError(f"{workdir}/config.json: model.init_from {c.model.init_from!r} "
+                            "(the run's model config and tokenizer) is no longer a directory")
+  if os.path.abspath(out) == os.path.abspath(workdir):
+    raise ValueError(f"--out {out!r} is the run's workdir; choose a new directory")
+  tok = run_tokenizer(workdir, c)
+  place = make_placement(_one_device_mesh(c))
+  with place.context():
+    rp = load_run_policy(workdir, tok.vocab_size, place, which=which)
+    info = export_policy(out, rp.model_cfg, rp.params, tok, lora_mode=lora_mode,
+                         base=c.model.init_from)
+  return {"checkpoint_step": rp.step, **rp.meta, "out": out, **info}
+
+
+def main(argv):
+  from absl import flags, logging
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  f = flags.FLAGS
+  print(json.dumps(export_run(f.workdir, f.out, which=f.checkpoint, lora_mode=f.lora), indent=2,
+                   default=str))
+
+
+def _define_flags():
+  from absl import flags
+  flags.DEFINE_string("workdir", None, "the run's workdir (config.json, checkpoints/)")
+  flags.DEFINE_string("out", None, "the directory to write the HF checkpoint / PEFT adapter to")
+  flags.DEFINE_enum("checkpoint", "best", ["best", "latest"], "which checkpoint of the run")
+  flags.DEFINE_enum("lora", "merged", list(LORA_MODES),
+                    "LoRA runs: merged weights or a PEFT adapter directory")
+  flags.mark_flags_as_required(["workdir", "out"])
+
+
+if __name__ == "__main__":
+  from absl import app
+  _define_flags()
+  app.run(main)
