@@ -6,18 +6,36 @@ group-relative advantages (StarPO) and the PPO clipped loss with clip-higher (0.
 
   python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny --workdir=/tmp/sokoban
 
-Variants (`:arg`, comma-separated): `tiny` (the CPU demo; default), `full` (Qwen2.5-0.5B-sized
-policy, RAGEN's 6x6 1-box Sokoban with 5 turns x 2 actions), `ppo` (critic + GAE instead of
-GRPO), `starpo_s` (keep the top 25% groups by reward std), `kl` (KL-to-reference loss,
-coef 0.001), `kl_reward` (KL penalty in the reward, beta 0.001).
+Variants (`:arg`, comma-separated): `tiny` (the CPU demo; default), `full` (RAGEN's setup:
+Qwen2.5-0.5B-Instruct from `--config.model.init_from`, 6x6 1-box Sokoban with 5 turns x 2
+actions), `ppo` (critic + GAE instead of GRPO), `starpo_s` (keep the top 25% groups by
+reward std), `kl` (KL-to-reference loss, coef 0.001), `kl_reward` (KL penalty in the reward,
+beta 0.001).
+
+`full` fine-tunes a downloaded Hugging Face checkpoint; the model config (family, sizes,
+vocabulary), the tokenizer and the chat template all come from DIR (`tokenizer.path` empty):
+
+  python -m agent_rl.train --config=configs/ragen_sokoban.py:full --workdir=runs/ragen \
+      --config.model.init_from=/ckpt/Qwen2.5-0.5B-Instruct
+  python -m agent_rl.export --workdir=runs/ragen --out=runs/ragen/hf   # back to transformers
+
+Without `init_from`, `full` trains a randomly initialized Qwen2.5-0.5B-shaped model on a
+4,096-piece tokenizer trained on env text (not RAGEN's setup). Hyper-parameters of `full`
+[R: stated in the RAGEN paper's setup; U: not stated there, our choice]:
+  policy Qwen2.5-0.5B-Instruct [R]; 200 RL iterations [R]; 8 prompts x 16 rollouts per
+  iteration [R]; PPO mini-batch 32 episodes [R]; actor lr 1e-6 [R], constant [U]; clip 0.2 /
+  clip-higher 0.28 [R]; up to 5 turns [R] of up to 2 actions [R]; temperature 1.0 [R];
+  128 new tokens per turn [U: room for a short <think> block before <answer>]; bf16
+  compute over float32 master weights and AdamW (b2 0.95, clip-norm 1.0) [U]; no SFT warm
+  start (the instruct model is the start) [R]; eval on 256 held-out tasks [U].
 
 Expected results:
   tiny  (2-core CPU, ~4 min): held-out greedy success on 64 tasks 0.00 (random init) ->
         0.75 after 100 SFT steps on 256 solver demos -> 0.78 after 30 RL iterations
         (avg@4 0.70 -> 0.77); measured 2026-11-30, see README. 10% of the tasks need more
         than 5 moves, so 0.90 is the ceiling at 5 turns x 1 action.
-  full  (v5e-16 / 8xH100): RAGEN reports ~0.2-0.3 success for 0.5B StarPO on Sokoban;
-        not reproduced here (no accelerator in CI).
+  full  (one 80 GB GPU or a v5e-8): RAGEN reports ~0.2-0.3 success for 0.5B StarPO on
+        Sokoban; not reproduced here (no accelerator in CI).
 """
 from agent_rl.train.config import scaled_config
 
@@ -36,6 +54,10 @@ def get_config(arg: str | None = None):
   c.loss.kwargs.clip_ratio_high = 0.28
   if c.scale == "full":
     c.env.kwargs.max_actions = 2
+    c.model.preset = "qwen2.5-0.5b"  # the shape when no init_from is given
+    c.model.dtype, c.model.param_dtype = "bfloat16", "float32"
+    c.rollout.max_action_tokens = 128
+    c.rollout.temperature = 1.0
   if "ppo" in args:
     c.model.critic = "shared"
     c.credit.name = "gae"

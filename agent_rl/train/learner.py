@@ -2,7 +2,8 @@
 
 `prepare(batch, credit, ...)` turns a rollout into flat training rows (one per episode in
 concatenated mode, one per turn sample in windowed mode) with token-level advantages;
-`update(...)` runs `epochs` passes of shuffled minibatches through the jitted step.
+`train.epochs.make_scan_update` runs `epochs` passes of shuffled minibatches through the step
+as one scan.
 """
 from __future__ import annotations
 
@@ -42,28 +43,6 @@ def prepare(batch: EpisodeBatch, credit: Credit) -> Minibatch:
 
 
 prepare_jit = jax.jit(prepare)
-
-
-def update(train_step: Callable, state: Any, rows: Minibatch, key: jax.Array, *, epochs: int,
-           minibatch_rows: int, place: Callable = lambda x: x) -> tuple[Any, dict]:
-  """`epochs` shuffled passes over `rows` in minibatches; returns state and mean metrics.
-  `place` lays each minibatch out on the mesh (row-sharded) before the jitted step."""
-  r = rows.tokens.shape[0]
-  mb = min(minibatch_rows, r)
-  if r % mb:
-    raise ValueError(f"config.train.minibatch_episodes: {mb} rows must divide the {r} rows "
-                     "of a rollout")
-  sums: dict = {}
-  count = 0
-  for e in range(epochs):
-    perm = jax.random.permutation(jax.random.fold_in(key, e), r)
-    for i in range(r // mb):
-      idx = perm[i * mb:(i + 1) * mb]
-      part = place(jax.tree.map(lambda x: x[idx], rows))
-      state, m = train_step(state, part)
-      sums = m if not sums else jax.tree.map(jnp.add, sums, m)
-      count += 1
-  return state, {k: v / count for k, v in sums.items()}
 
 
 def _rows(batch: EpisodeBatch):

@@ -76,7 +76,7 @@ class Run:
   policy: Any  # rollout Policy over spec.lm_graphdef
   rl_opt: Any
   sft_opt: Any
-  rl_step: Callable
+  rl_update: Callable  # (state, rows, key) -> (state, mean metrics): epochs x minibatches
   sft_step: Callable
   credit_fn: Callable
   roll_fn: Callable
@@ -243,10 +243,7 @@ def rl_phase(run: Run, prog: Progress) -> dict:
     t0 = time.perf_counter()
     rows, rmetrics, batch, shaper_state, k_upd = rl_batch(run, prog, prog.meta.iteration)
     run.ckpt.wait()  # the async save overlapped the rollout; the update donates the state
-    state, umetrics = learner.update(
-        run.rl_step, prog.state, rows, k_upd, epochs=c.train.epochs,
-        minibatch_rows=c.train.minibatch_episodes * (c.rollout.max_turns if batch.segment_len else 1),
-        place=run.spec.place.batch)
+    state, umetrics = run.rl_update(prog.state, run.spec.place.batch(rows), k_upd)
     meta = dataclasses.replace(prog.meta, iteration=prog.meta.iteration + 1,
                                shaper_state=shaper_state)
     m = to_host({**rmetrics, **umetrics,

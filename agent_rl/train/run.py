@@ -35,7 +35,8 @@ from agent_rl.train.optim import make_optimizer
 from agent_rl.train.phases import Preempted, SimulatedKill  # noqa: F401 (re-exported)
 from agent_rl.train.policy import make_apply
 from agent_rl.train.setup import build, model_factory
-from agent_rl.train.state import init_params, jit_step, state_spec
+from agent_rl.train.epochs import make_scan_update
+from agent_rl.train.state import init_params, jit_step, jit_update, state_spec
 from agent_rl.train.step import make_train_step
 
 
@@ -118,9 +119,16 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
                        save_steps=save_steps(c))
   # Hyperparameters are bound before jit (static); the kernel compiles once per shape.
   credit_fn = jax.jit(functools.partial(credit_lib.get(c.credit.name), **dict(c.credit.kwargs)))
+  mb_rows = c.train.minibatch_episodes * (c.rollout.max_turns if ecfg.history == "windowed" else 1)
+  scan = make_scan_update(make_train_step(rl_loss, rl_opt), epochs=int(c.train.epochs),
+                          minibatch_rows=int(mb_rows))
+
+  def rl_train_step(state, rows, key):  # one iteration's epochs x minibatches, one program
+    return scan(state, rows, key)
+
   return phases.Run(
       c=c, workdir=workdir, setup=setup, ecfg=ecfg, spec=spec, policy=policy, rl_opt=rl_opt,
-      sft_opt=sft_opt, rl_step=jit_step(make_train_step(rl_loss, rl_opt), spec, rl_opt),
+      sft_opt=sft_opt, rl_update=jit_update(rl_train_step, spec, rl_opt),
       sft_step=jit_step(make_train_step(sft_loss, sft_opt), spec, sft_opt),
       credit_fn=credit_fn, roll_fn=roll_fn, baseline_fn=baseline_fn, strategy=strategy,
       strategy_kwargs=strat_kw,

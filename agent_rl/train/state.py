@@ -116,3 +116,13 @@ def jit_step(step_fn: Callable, spec: StateSpec, optimizer: optax.GradientTransf
   place = spec.place
   return jax.jit(step_fn, in_shardings=(sh, place.batch_sharding),
                  out_shardings=(sh, place.replicated), donate_argnums=0)
+
+
+def jit_update(update_fn: Callable, spec: StateSpec, optimizer: optax.GradientTransformation):
+  """`update_fn(state, rows, key)` (a whole iteration's epochs x minibatches,
+  `train.epochs.make_scan_update`) jitted with explicit shardings, the state donated."""
+  target = spec.abstract_train_state(optimizer)
+  sh = jax.tree.map(lambda x: x.sharding, target)
+  place = spec.place
+  return jax.jit(update_fn, in_shardings=(sh, place.batch_sharding, place.replicated),
+                 out_shardings=(sh, place.replicated), donate_argnums=0)

@@ -82,10 +82,14 @@ def our_logits(workdir: str, tokens: np.ndarray, which: str = "latest") -> np.nd
     return np.asarray(lm(jnp.asarray(tokens)))  # [N, L, V] f32
 
 
-def run_from_hf(root, *, iterations: int, max_turns: int):
-  """(hf_dir, workdir, seen) of a run from a fresh HF dir; `seen` holds the tokenizer, the
-  first rollout batch and the LM params the run started from (spied on, not recomputed)."""
-  hf_dir = build_hf_dir(str(root / "qwen2-tiny"))
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+  return build_hf_dir(str(tmp_path_factory.mktemp("hf") / "qwen2-tiny"))
+
+
+def run_from_hf(hf_dir, root, *, iterations: int, max_turns: int):
+  """(hf_dir, workdir, seen) of a run from `hf_dir`; `seen` holds the tokenizer, the first
+  rollout batch and the LM params the run started from (spied on, not recomputed)."""
   workdir = str(root / "run")
   seen = {}
   orig_batch, orig_init = phases.rl_batch, run_lib.initial_params
@@ -114,15 +118,15 @@ def run_from_hf(root, *, iterations: int, max_turns: int):
 
 
 @pytest.fixture(scope="module")
-def small_run(tmp_path_factory):
-  """One iteration of one turn: the non-slow round trip (~1 min on 2 cores)."""
-  return run_from_hf(tmp_path_factory.mktemp("e2e_small"), iterations=1, max_turns=1)
+def small_run(hf_dir, tmp_path_factory):
+  """One iteration of one turn: the non-slow round trip (~1 min on 2 quiet cores)."""
+  return run_from_hf(hf_dir, tmp_path_factory.mktemp("e2e_small"), iterations=1, max_turns=1)
 
 
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory):
+def full_run(hf_dir, tmp_path_factory):
   """Three RL iterations of two turns (slow)."""
-  return run_from_hf(tmp_path_factory.mktemp("e2e_full"), iterations=3, max_turns=2)
+  return run_from_hf(hf_dir, tmp_path_factory.mktemp("e2e_full"), iterations=3, max_turns=2)
 
 
 def check_started_from_hf(hf_dir, workdir, seen):
@@ -206,3 +210,34 @@ def test_export_errors_name_the_workdir(tmp_path, small_run):
     export.export_run(workdir, str(tmp_path / "o"), lora_mode="adapter")
   with pytest.raises(ValueError, match="workdir"):
     export.export_run(workdir, workdir)
+
+
+@pytest.mark.parametrize("name,hf_preset", [("ragen_sokoban", "qwen2.5-0.5b"),
+                                            ("gigpo_sokoban", "qwen2.5-1.5b")])
+def test_full_configs_take_model_and_tokenizer_from_init_from(name, hf_preset, hf_dir, tmp_path):
+  """`:full --config.model.init_from=DIR`: validates; the model config is DIR's config.json
+  (not the preset), the tokenizer and the prompt pieces are DIR's (its chat template)."""
+  import importlib.util
+  from agent_rl.models.hf_import import config_from_hf
+  from agent_rl.train.config import validate
+  from agent_rl.train.setup import build, tokenizer_path
+  path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", name + ".py")
+  spec = importlib.util.spec_from_file_location(name, path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  assert "--config.model.init_from=" in mod.__doc__ and "agent_rl.export" in mod.__doc__
+  c = mod.get_config("full")
+  assert c.model.preset == hf_preset and c.sft.steps == 0
+  c.model.init_from = hf_dir
+  c.mesh.num_devices = 1
+  validate(c)
+  assert tokenizer_path(c) == hf_dir
+  setup = build(c, str(tmp_path))
+  want, _ = config_from_hf(hf_dir, dtype="bfloat16", param_dtype="float32")
+  assert setup.model_cfg == want.replace(remat=c.model.remat)
+  assert setup.model_cfg.hidden == 32 and setup.model_cfg.vocab_size == setup.tokenizer.vocab_size
+  hf_tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+  system = hf_tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}],
+                                      tokenize=False)
+  ids = hf_tok(system)["input_ids"]
+  assert list(setup.pieces.first[:len(ids)]) == ids
