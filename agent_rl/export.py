@@ -13,8 +13,8 @@ run's sentencepiece `tokenizer.model`), so `transformers.AutoModelForCausalLM
 A LoRA run (`ModelConfig.lora` set) exports either the merged weights (`--lora=merged`, the
 default: W + alpha/r A B folded in, a plain checkpoint) or a PEFT adapter directory
 (`--lora=adapter`: `adapter_config.json` + `adapter_model.safetensors`, with
-`base_model_name_or_path` = the run's `model.init_from`) that `peft.PeftModel.from_pretrained`
-loads onto the base model.
+`base_model_name_or_path` = the run's `model.init_from` when that is a HF directory) that
+`peft.PeftModel.from_pretrained` loads onto the base model.
 
 The export restores onto one device (the first of `jax.devices()`), whatever mesh the run
 trained on: checkpoints are read with the reader's shardings, and writing safetensors
@@ -92,6 +92,7 @@ def export_run(workdir: str, out: str, *, which: str = "best", lora_mode: str = 
   Returns {"checkpoint_step", "out", "family", "files", "num_params", ...the step's meta}."""
   from agent_rl.parallel.placement import make_placement
   from agent_rl.train.pretrained import checkpoint_dir, load_run_config, load_run_policy
+  from agent_rl.train.setup import is_hf_checkpoint
   if which not in ("best", "latest"):
     raise ValueError(f"--checkpoint must be best|latest, got {which!r}")
   if lora_mode not in WRITERS:
@@ -110,8 +111,9 @@ def export_run(workdir: str, out: str, *, which: str = "best", lora_mode: str = 
   place = make_placement(_one_device_mesh(c))
   with place.context():
     rp = load_run_policy(workdir, tok.vocab_size, place, which=which)
-    info = export_policy(out, rp.model_cfg, rp.params, tok, lora_mode=lora_mode,
-                         base=c.model.init_from)
+    # PEFT's base_model_name_or_path must be loadable by transformers: a HF dir, not a run.
+    base = c.model.init_from if is_hf_checkpoint(c.model.init_from) else None
+    info = export_policy(out, rp.model_cfg, rp.params, tok, lora_mode=lora_mode, base=base)
   return {"checkpoint_step": rp.step, **rp.meta, "out": out, **info}
 
 

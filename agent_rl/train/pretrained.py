@@ -109,8 +109,9 @@ def load_run_policy(workdir: str, vocab_size: int, place: Placement, *, which: s
   return RunPolicy(mcfg, spec.lm_graphdef, restored.params, restored.step, restored.meta)
 
 
-def load_hf_policy(path: str, model_cfg: Any, place: Placement) -> Any:
-  """LM params of a HF safetensors dir, checked against the run's model config, on `place`."""
+def load_hf_policy(path: str, model_cfg: Any, place: Placement, *, seed: int = 0) -> Any:
+  """LM params of a HF safetensors dir, checked against the run's model config, on `place`;
+  with `model_cfg.lora`, fresh adapters (B = 0, A from `seed`) on the checkpoint's weights."""
   import dataclasses
   from agent_rl.models import load_hf
   from agent_rl.models.hf_import import config_from_hf
@@ -124,6 +125,9 @@ def load_hf_policy(path: str, model_cfg: Any, place: Placement) -> Any:
     raise ValueError(f"config.model.init_from: {path} does not match the run's model: "
                      f"{', '.join(diff)}; set config.model.preset / sizes / tokenizer to match")
   params = nnx.split(load_hf(path, dtype=model_cfg.dtype, param_dtype=model_cfg.param_dtype))[1]
+  if model_cfg.lora is not None:  # a HF checkpoint has no adapters: LoRA starts at the base
+    from agent_rl.models import lora
+    params = lora.attach(model_cfg, params, seed=seed)
   return jax.device_put(params, state_shardings(params, place.mesh, place.rules))
 
 
@@ -139,5 +143,5 @@ def init_from(c: mlc.ConfigDict, model_cfg: Any, place: Placement) -> Any:
                        f"{model_cfg}")
     return params
   if os.path.isdir(path):
-    return load_hf_policy(path, model_cfg, place)
+    return load_hf_policy(path, model_cfg, place, seed=int(c.seed))
   raise FileNotFoundError(f"config.model.init_from: {path!r} is not a directory")

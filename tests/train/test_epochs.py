@@ -1,5 +1,7 @@
 """The scanned epochs x minibatches update equals a plain Python loop over the same minibatches
 (the loop the run used before the scan measured faster: benchmarks/learner_scan.py)."""
+from typing import Any, Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np

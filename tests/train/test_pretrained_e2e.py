@@ -87,12 +87,12 @@ def hf_dir(tmp_path_factory):
   return build_hf_dir(str(tmp_path_factory.mktemp("hf") / "qwen2-tiny"))
 
 
-def run_from_hf(hf_dir, root, *, iterations: int, max_turns: int):
-  """(hf_dir, workdir, seen) of a run from `hf_dir`; `seen` holds the tokenizer, the first
-  rollout batch and the LM params the run started from (spied on, not recomputed)."""
+def run_from_hf(hf_dir, root, *, iterations: int, max_turns: int, lora_rank: int = 0):
+  """(hf_dir, workdir, seen) of a run from `hf_dir`; `seen` holds the run's tokenizer and its
+  first rollout batch (spied on, not recomputed)."""
   workdir = str(root / "run")
   seen = {}
-  orig_batch, orig_init = phases.rl_batch, run_lib.initial_params
+  orig_batch = phases.rl_batch
 
   def spy_batch(run, prog, it):
     out = orig_batch(run, prog, it)
@@ -100,16 +100,12 @@ def run_from_hf(hf_dir, root, *, iterations: int, max_turns: int):
     seen.setdefault("tokenizer", run.setup.tokenizer)
     return out
 
-  def spy_init(r):
-    params = orig_init(r)
-    seen["init"] = jax.device_get(params["lm"])
-    return params
-
   c = e2e_config(hf_dir, iterations)
   c.rollout.max_turns = max_turns
+  if lora_rank:
+    c.model.lora.rank, c.model.lora.alpha, c.model.lora.targets = lora_rank, 8.0, "q,v,o,up"
   mp = pytest.MonkeyPatch()
   mp.setattr(phases, "rl_batch", spy_batch)
-  mp.setattr(run_lib, "initial_params", spy_init)
   try:
     run_lib.run(c, workdir)
   finally:
@@ -127,6 +123,13 @@ def small_run(hf_dir, tmp_path_factory):
 def full_run(hf_dir, tmp_path_factory):
   """Three RL iterations of two turns (slow)."""
   return run_from_hf(hf_dir, tmp_path_factory.mktemp("e2e_full"), iterations=3, max_turns=2)
+
+
+@pytest.fixture(scope="module")
+def lora_run(hf_dir, tmp_path_factory):
+  """Two RL iterations with LoRA adapters on the HF weights (slow)."""
+  return run_from_hf(hf_dir, tmp_path_factory.mktemp("e2e_lora"), iterations=2, max_turns=1,
+                     lora_rank=4)
 
 
 def check_started_from_hf(hf_dir, workdir, seen):
@@ -152,7 +155,7 @@ def check_started_from_hf(hf_dir, workdir, seen):
   assert [list(row[:len(ids)]) for row in tokens] == [ids] * len(tokens)
 
 
-def check_export(hf_dir, workdir, seen, out, step):
+def check_export(hf_dir, workdir, seen, out):
   """`out` (the export of `workdir`) loads in transformers with our logits, moved by RL."""
   with open(os.path.join(out, "config.json")) as f:
     assert json.load(f)["model_type"] == "qwen2"
@@ -180,7 +183,7 @@ def test_small_run_round_trip(small_run, tmp_path):
   out = str(tmp_path / "export")
   info = export.export_run(workdir, out, which="latest")
   assert info["family"] == "qwen2" and info["checkpoint_step"] == 1
-  check_export(hf_dir, workdir, seen, out, 1)
+  check_export(hf_dir, workdir, seen, out)
 
 
 @pytest.mark.slow
@@ -195,7 +198,35 @@ def test_e2e_three_iterations_and_cli(full_run, tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   info = json.loads(proc.stdout[proc.stdout.index("{"):])
   assert info["family"] == "qwen2" and info["checkpoint_step"] == 3
-  check_export(hf_dir, workdir, seen, out, 3)
+  check_export(hf_dir, workdir, seen, out)
+
+
+@pytest.mark.slow
+def test_lora_run_exports_adapter_and_merged(lora_run, tmp_path):
+  """LoRA from a HF dir: starts at the base (B = 0), trains only adapters; the PEFT adapter
+  on the untouched base and the merged export both give our final logits."""
+  peft = pytest.importorskip("peft")
+  hf_dir, workdir, seen = lora_run
+  check_started_from_hf(hf_dir, workdir, seen)
+  tokens = np.asarray(seen["batch"].tokens)[:2, :48]
+  ours = our_logits(workdir, tokens)
+  base = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+  with torch.no_grad():
+    before = base(torch.tensor(tokens, dtype=torch.long)).logits.numpy()
+  assert np.abs(before - ours).max() > 1e-3, "RL did not move the adapters"
+  adapter = str(tmp_path / "adapter")
+  info = export.export_run(workdir, adapter, which="latest", lora_mode="adapter")
+  assert "adapter_model.safetensors" in info["files"]
+  loaded = peft.PeftModel.from_pretrained(base, adapter).eval()
+  with torch.no_grad():
+    theirs = loaded(torch.tensor(tokens, dtype=torch.long)).logits.numpy()
+  np.testing.assert_allclose(theirs, ours, atol=1e-4)
+  merged = str(tmp_path / "merged")
+  export.export_run(workdir, merged, which="latest", lora_mode="merged")
+  m = transformers.AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32)
+  with torch.no_grad():
+    np.testing.assert_allclose(m(torch.tensor(tokens, dtype=torch.long)).logits.numpy(), ours,
+                               atol=1e-4)
 
 
 def test_export_errors_name_the_workdir(tmp_path, small_run):
