@@ -15,8 +15,9 @@ config, tokenizer and chat template come from the directory (`tokenizer.path` em
       --config.model.init_from=/ckpt/Qwen2.5-1.5B-Instruct
   python -m agent_rl.export --workdir=runs/gigpo --out=runs/gigpo/hf
 
-Hyper-parameters of `full` [G: stated in the GiGPO paper (its ALFWorld / WebShop setup,
-which Sokoban shares); U: not stated for Sokoban, our choice]:
+Hyper-parameters of `full` [G: recalled from the GiGPO paper (its ALFWorld / WebShop setup,
+which Sokoban shares) and not re-checked against the paper in this repo (no access here):
+verify before citing; U: not stated for Sokoban, our choice]:
   policy Qwen2.5-1.5B-Instruct [G]; gamma 0.95, step-advantage weight w = 1, mean_norm
   [G]; group size 8 [G] over 16 tasks per iteration [G]; actor lr 1e-6 [G]; clip 0.2 [G]
   (clip-higher 0.28 [U], as RAGEN); temperature 1.0 [G]; invalid-action penalty 0.1 [G]

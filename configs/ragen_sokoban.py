@@ -21,7 +21,8 @@ vocabulary), the tokenizer and the chat template all come from DIR (`tokenizer.p
 
 Without `init_from`, `full` trains a randomly initialized Qwen2.5-0.5B-shaped model on a
 4,096-piece tokenizer trained on env text (not RAGEN's setup). Hyper-parameters of `full`
-[R: stated in the RAGEN paper's setup; U: not stated there, our choice]:
+[R: recalled from the RAGEN paper's setup and not re-checked against the paper in this repo (no access here):
+verify before citing; U: not stated there, our choice]:
   policy Qwen2.5-0.5B-Instruct [R]; 200 RL iterations [R]; 8 prompts x 16 rollouts per
   iteration [R]; PPO mini-batch 32 episodes [R]; actor lr 1e-6 [R], constant [U]; clip 0.2 /
   clip-higher 0.28 [R]; up to 5 turns [R] of up to 2 actions [R]; temperature 1.0 [R];
