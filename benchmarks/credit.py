@@ -11,7 +11,6 @@ is reported. Ours is jitted; its compile time is measured separately and not in 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -26,6 +25,7 @@ import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
 
 from agent_rl.credit import outcome, verl_compat  # noqa: E402
+from results_io import write_json  # noqa: E402
 
 
 def median_time(fn, repeats, warmup=1):
@@ -172,10 +172,7 @@ def main():
       "gae": bench_gae(core_algos, args.repeats),
       "ppo_loss_fwd_bwd": bench_ppo_loss(core_algos, args.repeats),
   }
-  os.makedirs(os.path.dirname(args.out), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(out, f, indent=2)
-  print(json.dumps(out, indent=2))
+  write_json(args.out, out, indent=2)
 
 
 if __name__ == "__main__":

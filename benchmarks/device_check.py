@@ -12,7 +12,6 @@ whole check fits inside the device tool's 10-minute command limit.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform

@@ -35,6 +35,7 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from agent_rl.models import SamplerConfig, generate, load_hf  # noqa: E402
+from results_io import write_json  # noqa: E402
 
 PROMPT, NEW, TEMPERATURE = 128, 128, 1.0
 HF_CONFIG = dict(vocab_size=4096, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
@@ -186,10 +187,7 @@ def main():
   results["note"] = ("Wall times are the min over reps on a 2-core machine shared with other "
                      "processes; see load_avg_* for the contention during the run. `speedup` "
                      "is against the faster of torch at 2 threads (as specified) and 1 thread.")
-  os.makedirs(os.path.dirname(args.out), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(results, f, indent=2)
-  print(json.dumps(results, indent=2))
+  write_json(args.out, results, indent=2)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import statistics
@@ -57,6 +56,7 @@ from agent_rl.objective import Minibatch, build_objective  # noqa: E402
 from agent_rl.train.config import base_config  # noqa: E402
 from agent_rl.train.policy import ActorCritic, make_apply  # noqa: E402
 from agent_rl.train.step import TrainState, make_train_step  # noqa: E402
+from results_io import write_json  # noqa: E402
 
 CFG = ModelConfig(vocab_size=151_936, hidden=512, num_layers=8, num_heads=8, num_kv_heads=4,
                   head_dim=64, intermediate=2048, tie_embeddings=True, qkv_bias=True)
@@ -184,10 +184,7 @@ def main():
              targets=dict(peak_ratio_at_4x2048="<= 0.25", speed_ratio=">= 0.8"),
              results=results, jax=jax.__version__, platform=platform.platform(),
              cpus=os.cpu_count(), load_average=os.getloadavg())
-  os.makedirs(os.path.dirname(args.out), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(out, f, indent=1)
-  print(json.dumps(out, indent=1))
+  write_json(args.out, out, indent=1)
 
 
 if __name__ == "__main__":

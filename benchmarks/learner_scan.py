@@ -41,6 +41,7 @@ from agent_rl.train.epochs import make_scan_update  # noqa: E402
 from agent_rl.train.learner import update  # noqa: E402
 from agent_rl.train.policy import ActorCritic, make_apply  # noqa: E402
 from agent_rl.train.step import TrainState, make_train_step  # noqa: E402
+from results_io import write_json  # noqa: E402
 
 MODELS = {
     "tiny": ModelConfig(vocab_size=400, hidden=32, num_layers=1, num_heads=2, num_kv_heads=1,
@@ -121,10 +122,7 @@ def main():
   out = dict(benchmark="learner_scan", rows=ROWS, length=LENGTH, minibatch_rows=MB_ROWS,
              epochs=EPOCHS, rounds=rounds, results=results, jax=jax.__version__,
              platform=platform.platform(), cpus=os.cpu_count(), load_average=os.getloadavg())
-  os.makedirs(os.path.dirname(args.out), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(out, f, indent=1)
-  print(json.dumps(out, indent=1))
+  write_json(args.out, out, indent=1)
 
 
 if __name__ == "__main__":

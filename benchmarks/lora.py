@@ -18,7 +18,6 @@ Writes benchmarks/results/lora.json (or --out) and prints it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -34,6 +33,7 @@ from flax import nnx  # noqa: E402
 from agent_rl.models import ModelConfig, Transformer, multi_lora  # noqa: E402
 from agent_rl.models.lora import LoraConfig  # noqa: E402
 from agent_rl.train import lora_learner  # noqa: E402
+from results_io import write_json  # noqa: E402
 
 ROWS, K = 64, 4
 
@@ -101,10 +101,7 @@ def main():
              param_bytes=lora_learner.state_bytes(params),
              jax=jax.__version__, platform=platform.platform(), cpus=os.cpu_count(),
              load_average=os.getloadavg(), quick=bool(args.quick))
-  os.makedirs(os.path.dirname(args.out), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(out, f, indent=1)
-  print(json.dumps(out, indent=1))
+  write_json(args.out, out, indent=1)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,7 @@ from flax import nnx
 
 def _tokenizer(tmp: str):
   """A small sentencepiece vocabulary trained on Sokoban-style text (rooms, answers, prompt)."""
-  from agent_rl.tokenizers.chat import stop_ids
-from agent_rl.tokenizers import Tokenizer, train_tokenizer
+  from agent_rl.tokenizers import Tokenizer, train_tokenizer
   texts = []
   glyph_rows = ["#" * 6, "#_OXP#", "#__√S#", "#_X__#", "#O___#"]
   for i in range(200):
@@ -70,6 +69,7 @@ def main():
   graphdef, params = nnx.split(Transformer(mcfg, rngs=nnx.Rngs(0)))
   policy = Policy.from_model(mcfg, graphdef)
   pieces = chat_pieces(tok, env.instruction)
+  from agent_rl.tokenizers.chat import stop_ids
   stop = stop_ids(tok)
   cfg = EpisodeConfig(sampler=SamplerConfig(temperature=1.0, max_tokens=args.max_tokens,
                                             stop_tokens=stop),

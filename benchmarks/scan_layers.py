@@ -23,7 +23,6 @@ Writes benchmarks/results/scan_layers.json (or --out) and prints it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -38,6 +37,7 @@ from flax import nnx  # noqa: E402
 from agent_rl.models import ModelConfig, Transformer  # noqa: E402
 from agent_rl.models import transformer as tr  # noqa: E402
 from agent_rl.models.attention import mask_to_bias  # noqa: E402
+from results_io import write_json  # noqa: E402
 
 B, L = 4, 512
 
@@ -109,10 +109,7 @@ def main():
   out = dict(benchmark="scan_layers", batch=B, length=L, layers=args.layers, results=info,
              jax=jax.__version__, platform=platform.platform(), cpus=os.cpu_count(),
              load_average=os.getloadavg())
-  os.makedirs(os.path.dirname(args.out), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(out, f, indent=1)
-  print(json.dumps(out, indent=1))
+  write_json(args.out, out, indent=1)
 
 
 if __name__ == "__main__":

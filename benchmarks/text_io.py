@@ -16,7 +16,6 @@ as a hub-format tokenizer.json (`agent_rl.tokenizers.synthetic_byte_level`) and 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -29,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rollout import _tokenizer as small_tokenizer  # noqa: E402  (the tiny runs' vocabulary)
+from results_io import write_json  # noqa: E402
 
 TURNS = ["<answer>Up</answer>", "<think>the box is left of me</think><answer>Left || Down</answer>",
          "<answer>up || up || right</answer>", "I go <answer>Right</answer> now", "<answer>jump</answer>",
@@ -136,10 +136,7 @@ def main():
     rows[f"ratio.{k}.large_over_small.median"] = float(np.median(ratio))
     rows[f"ratio.{k}.large_over_small.iqr"] = [float(np.percentile(ratio, 25)),
                                                float(np.percentile(ratio, 75))]
-  os.makedirs(os.path.dirname(args.out), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(rows, f, indent=2)
-  print(json.dumps(rows, indent=2))
+  write_json(args.out, rows, indent=2)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ draws tasks from the run seed), so every evaluation of a run scores the same tas
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -8,12 +8,10 @@ as one scan.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
-import numpy as np
 
 from agent_rl.credit import Credit, token_advantages
 from agent_rl.rollout.batch import EpisodeBatch
