@@ -31,7 +31,9 @@ def base_config() -> mlc.ConfigDict:
       critic="none",  # none | shared (value head on the policy trunk) | separate
       # Learner log-probs from hidden states in chunks of this many tokens (rows x positions;
       # memory ~chunk x V, not B x L x V); 0 materializes the logits (the benchmark's baseline).
-      logprob_chunk=256,
+      # -1 (auto, train.setup.logprob_chunk): materialized for vocabularies <= 8,192 (faster
+      # there), else max(256, 2**24 // vocab) tokens (<= 64 MiB of f32 logits per chunk).
+      logprob_chunk=-1,
       remat="none",  # none | block: recompute each decoder block in the backward (jax.checkpoint)
       # LoRA (agent_rl.models.lora): rank 0 = off (full fine-tuning); rank > 0 trains only the
       # adapters (delta W = alpha / rank * A B) on these comma-listed projections, the base frozen.
@@ -129,8 +131,8 @@ def validate(c: mlc.ConfigDict) -> None:
   need(c.model.critic in ("none", "shared", "separate"), "model.critic",
        f"must be none|shared|separate, got {c.model.critic!r}")
   lc = c.model.logprob_chunk
-  need(isinstance(lc, int) and not isinstance(lc, bool) and lc >= 0, "model.logprob_chunk",
-       f"must be an int >= 0 (0 = materialized logits), got {lc!r}")
+  need(isinstance(lc, int) and not isinstance(lc, bool) and lc >= -1, "model.logprob_chunk",
+       f"must be an int >= -1 (-1 = auto, 0 = materialized logits), got {lc!r}")
   from agent_rl.models.config import REMAT
   need(c.model.remat in REMAT, "model.remat", f"must be {'|'.join(REMAT)}, got {c.model.remat!r}")
   for f in ("dtype", "param_dtype"):
