@@ -17,6 +17,8 @@ Resume (`truncate_after(step)`, called once before the first write with the rest
 """
 from __future__ import annotations
 
+import abc
+
 import importlib
 import io
 import json
@@ -39,17 +41,20 @@ def is_remote(path) -> bool:
   return os.fspath(path).startswith(_REMOTE)
 
 
-class Sink:
+class Sink(abc.ABC):
   """The interface every sink implements (all methods run on process 0 only)."""
 
+  @abc.abstractmethod
   def truncate_after(self, step: int) -> None:
-    raise NotImplementedError
+    """Drops what was written after `step` (exact resume), as far as the backend can."""
 
+  @abc.abstractmethod
   def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
-    raise NotImplementedError
+    """Writes one step's scalar metrics."""
 
+  @abc.abstractmethod
   def write_texts(self, step: int, tag: str, texts: Sequence[str]) -> None:
-    raise NotImplementedError
+    """Writes text summaries (sampled episodes) under `tag`."""
 
   def close(self) -> None:
     pass
