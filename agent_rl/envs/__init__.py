@@ -2,3 +2,5 @@
 from agent_rl.envs.base import ENVS, Text, fingerprint, make
 from agent_rl.envs import frozenlake, sokoban  # noqa: F401  (register "frozenlake", "sokoban")
 from agent_rl.envs import bandit, countdown  # noqa: registers
+from agent_rl.envs import texthouse  # noqa: F401  (registers "texthouse", "textlab")
+from agent_rl.envs import minishop  # noqa: F401  (registers "minishop")

@@ -34,3 +34,30 @@ def eval_tasks(env: Any, num_tasks: int, seed: int) -> Any:
   """The held-out tasks: task i from fold_in(key(seed), i)."""
   keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.arange(num_tasks))
   return batched_sampler(env)(keys)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _reset(env: Any, task: Any):
+  return env.reset(jax.random.key(0), task)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _step(env: Any, state: Any, action: Any):
+  return env.step(state, action)
+
+
+def plan_observations(env: Any, task: Any, plan: Sequence[str], action_len: int = 128) -> list[str]:
+  """The decoded observations along `plan` (reset, then one per `<answer>a</answer>` turn):
+  host-side text for tokenizer corpora, so step feedback is in the corpus, not just resets."""
+  from agent_rl.envs.base import Text
+  state, obs = _reset(env, task)
+  decode = lambda o: env.tokenizer.decode([int(t) for t in np.asarray(o.tokens)[:int(o.length)]])
+  texts = [decode(obs)]
+  for a in plan:
+    ids = list(env.tokenizer.encode(f"<answer>{a}</answer>"))[:action_len]
+    toks = np.full((action_len,), env.tokenizer.pad_id, np.int32)
+    toks[:len(ids)] = ids
+    state, obs, _, _, _ = _step(env, state, Text(tokens=jnp.asarray(toks),
+                                                 length=jnp.int32(len(ids))))
+    texts.append(decode(obs))
+  return texts

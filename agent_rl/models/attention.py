@@ -153,6 +153,7 @@ class Attention(nnx.Module):
     if cfg.lora is not None:
       self.lora_targets = tuple(t for t in ("q", "k", "v", "o") if t in cfg.lora.targets)
       self.lora_scale = cfg.lora.scale
+      self.lora_dropout = cfg.lora.dropout
       for t in self.lora_targets:
         lora.add_adapters(self, t, cfg.lora, 2 if t == "o" else 1, rngs)
     self.qkv_bias = cfg.qkv_bias
@@ -162,46 +163,48 @@ class Attention(nnx.Module):
       self.k_bias = make_param(rngs, zeros, (kvh, d), ("kv_heads", "head_dim"), pd)
       self.v_bias = make_param(rngs, zeros, (kvh, d), ("kv_heads", "head_dim"), pd)
 
-  def _proj(self, x: jax.Array, name: str) -> jax.Array:
-    """x: [..., E] -> [..., N, D] float32, as one 2-D GEMM (params reshaped, a free bitcast)."""
+  def _proj(self, x: jax.Array, name: str, key=None) -> jax.Array:
+    """x: [..., E] -> [..., N, D] float32, as one 2-D GEMM (params reshaped, a free bitcast).
+
+    key: the layer's LoRA dropout key (training forward only; `lora.delta`) or None."""
     w = getattr(self, name)[...]
     x = x.astype(self.dtype)
     y = dense(x, w.reshape(w.shape[0], -1), out_dtype=jnp.float32)
     if name in self.lora_targets:
-      y = y + lora.delta(self, name, x, self.lora_scale, jnp.float32)
+      y = y + lora.delta(self, name, x, self.lora_scale, jnp.float32, key)
     y = y.reshape(*x.shape[:-1], w.shape[1], w.shape[2])
     if self.qkv_bias:
       y = y + getattr(self, name + "_bias")[...].astype(jnp.float32)
     return y
 
-  def _qkv(self, x, cos, sin):
+  def _qkv(self, x, cos, sin, key=None):
     """x: [..., E] -> q [..., KVH, G, D] (roped, pre-scaled), k [..., KVH, D] (roped), v.
 
     Bias, q/k norm, RoPE and the query scale run on the float32 GEMM output and round to the
     compute dtype once: with bf16 compute, RoPE's elementwise ops in bf16 cost XLA:CPU ~5x their f32
     time (364 vs 71 ms per train step of the benchmark model), and q, k are more accurate.
     """
-    q, k = self._proj(x, "q"), self._proj(x, "k")
+    q, k = self._proj(x, "q", key), self._proj(x, "k", key)
     if self.qk_norm:
       q, k = self.q_norm(q), self.k_norm(k)
     q = apply_rope(q, cos, sin) * jnp.float32(self.query_scale)
     k = apply_rope(k, cos, sin)
-    q, k, v = (a.astype(self.dtype) for a in (q, k, self._proj(x, "v")))
+    q, k, v = (a.astype(self.dtype) for a in (q, k, self._proj(x, "v", key)))
     q = q.reshape(*q.shape[:-2], self.num_kv_heads, -1, self.head_dim)
     return q, k, v
 
-  def _out(self, y: jax.Array) -> jax.Array:
-    """y: [..., H, D] -> [..., E]."""
+  def _out(self, y: jax.Array, key=None) -> jax.Array:
+    """y: [..., H, D] -> [..., E] (key: as `_proj`'s)."""
     w = self.o[...]
     y = y.reshape(*y.shape[:-2], -1)
     out = dense(y, w.reshape(-1, w.shape[-1]))
     if "o" in self.lora_targets:
-      out = out + lora.delta(self, "o", y, self.lora_scale, out.dtype)
+      out = out + lora.delta(self, "o", y, self.lora_scale, out.dtype, key)
     return out
 
-  def full(self, x, cos, sin, bias, batch: int):
+  def full(self, x, cos, sin, bias, batch: int, key=None):
     """Training/scoring path on flat rows. x: [B*L,E], cos/sin: [B*L,D/2], bias: [B,1,1,L,L]
-    -> [B*L,E] (`batch` = B).
+    -> [B*L,E] (`batch` = B). key: the layer's LoRA dropout key (training only) or None.
 
     Projections stay 2-D (XLA:CPU's backward of [B,L,E] @ [E,F] was ~2x slower). Queries go
     in `QUERY_CHUNKS` chunks, each scored only against the keys up to its own end, so the
@@ -209,7 +212,7 @@ class Attention(nnx.Module):
     weight exp(MASK_BIAS) = 0: valid queries are unchanged; only rows with no valid key at
     all (padding queries, whose outputs nothing reads) may differ.
     """
-    q, k, v = self._qkv(x, cos, sin)  # q [B*L,KVH,G,D]; k, v [B*L,KVH,D]
+    q, k, v = self._qkv(x, cos, sin, key)  # q [B*L,KVH,G,D]; k, v [B*L,KVH,D]
     t, kvh, g, d = q.shape
     l = t // batch
     # Heads-major: q [B,KVH,L,G,D], k/v [B,KVH,L,D]; a group's rows (l, g) are contiguous,
@@ -219,7 +222,7 @@ class Attention(nnx.Module):
     ys = [attention_core(q[:, :, lo:hi], k[:, :, :hi], v[:, :, :hi], bias[:, :, 0, lo:hi, None, :hi])
           for lo, hi in _chunk_bounds(l, QUERY_CHUNKS)]
     y = ys[0] if len(ys) == 1 else jnp.concatenate(ys, axis=2)
-    return self._out(y.transpose(0, 2, 1, 3, 4).reshape(t, kvh * g, d))
+    return self._out(y.transpose(0, 2, 1, 3, 4).reshape(t, kvh * g, d), key)
 
   def cached(self, x, cos, sin, k_cache, v_cache, index, bias, rows=None):
     """Block of L tokens written at slot `index`.

@@ -108,21 +108,22 @@ class MLP(nnx.Module):
     if lora_cfg is not None:
       self.lora_targets = tuple(t for t in ("gate", "up", "down") if t in lora_cfg.targets)
       self.lora_scale = lora_cfg.scale
+      self.lora_dropout = lora_cfg.dropout
       for t in self.lora_targets:
         lora.add_adapters(self, t, lora_cfg, 1, rngs)
 
-  def _dense(self, x: jax.Array, name: str) -> jax.Array:
+  def _dense(self, x: jax.Array, name: str, key=None) -> jax.Array:
     y = dense(x, getattr(self, name)[...])
     if name in self.lora_targets:
-      y = y + lora.delta(self, name, x, self.lora_scale, y.dtype)
+      y = y + lora.delta(self, name, x, self.lora_scale, y.dtype, key)
     return y
 
-  def __call__(self, x: jax.Array) -> jax.Array:
-    """x: [..., E] -> [..., E]."""
+  def __call__(self, x: jax.Array, key=None) -> jax.Array:
+    """x: [..., E] -> [..., E]. key: the layer's LoRA dropout key (training only) or None."""
     x = x.astype(self.dtype)
-    g = self._dense(x, "gate")
-    u = self._dense(x, "up")
-    return self._dense(ACTIVATIONS.get(self.activation)(g) * u, "down")
+    g = self._dense(x, "gate", key)
+    u = self._dense(x, "up", key)
+    return self._dense(ACTIVATIONS.get(self.activation)(g) * u, "down", key)
 
 
 def rope_cos_sin(positions: jax.Array, inv_freq) -> tuple[jax.Array, jax.Array]:

@@ -12,6 +12,16 @@ base weight's logical axis names on their non-rank side, so they shard like it.
 them into the base weights (a plain model for `save_hf` / fast sampling), `unmerge` takes
 them out again; `from_peft` / `to_peft` / `save_peft` map adapters to and from PEFT's names
 and layouts (parity with `peft` tested on a tiny Qwen2, both directions).
+
+Dropout (PEFT's `lora_dropout`): with `dropout = p > 0` the *training* forward, and only it,
+drops the input of each LoRA branch: y = x W + scale * (drop(x) A) B, drop(x) = x * m / (1 - p)
+with m ~ Bernoulli(1 - p) per element (inverted dropout, as `torch.nn.Dropout` in PEFT's
+`lora.Linear`), a fresh mask per projection; the base product x W never sees it. The forward
+stays a pure function: the full path takes an explicit `dropout_key` (the train step's key,
+itself `fold_in(TrainState.rng, step)`, so masks change every update and resume bit-exactly)
+and draws the mask of layer i, target t from `branch_key(key, i, t)`. Without a key (evaluation,
+rollouts, the cached / decode paths, reference and teacher scoring, export) nothing drops, and
+with p = 0 the key is ignored: the program has no RNG op at all.
 """
 from __future__ import annotations
 
@@ -44,8 +54,9 @@ class LoraConfig:
   """LoRA hyper-parameters (PEFT `LoraConfig` names in brackets).
 
   rank (r), alpha (lora_alpha): delta W = (alpha / rank) A B.
-  dropout (lora_dropout): must be 0.0: the forward is a pure function of (params, tokens)
-    with no RNG, so a dropout mask could not change between calls (PEFT's default is 0.0).
+  dropout (lora_dropout): the probability p in [0, 1) of dropping an element of each LoRA
+    branch's input in the training forward (see the module docstring); 0.0 (PEFT's default)
+    drops nothing and adds no RNG op.
   targets (target_modules): a subset of TARGETS.
   """
   rank: int = 8
@@ -61,9 +72,12 @@ class LoraConfig:
     if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or self.alpha <= 0:
       raise ValueError(f"lora.alpha must be a positive number, got {self.alpha!r}")
     object.__setattr__(self, "alpha", float(self.alpha))
-    if not isinstance(self.dropout, (int, float)) or self.dropout != 0:
-      raise ValueError(f"lora.dropout must be 0.0 (no RNG in the forward), got {self.dropout!r}")
-    object.__setattr__(self, "dropout", 0.0)
+    p = self.dropout
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)) or not (
+        0.0 <= p < 1.0):  # `not (...)` also rejects NaN
+      raise ValueError(f"lora.dropout must be a number in [0, 1) (the probability of dropping "
+                       f"an input element of a LoRA branch), got {self.dropout!r}")
+    object.__setattr__(self, "dropout", float(p))
     t = self.targets
     if isinstance(t, str) or not isinstance(t, (tuple, list)) or not t or any(
         x not in TARGETS for x in t) or len(set(t)) != len(t):
@@ -107,8 +121,37 @@ def add_adapters(module: nnx.Module, name: str, cfg: LoraConfig, n_in: int,
                                               eager_sharding=False))
 
 
-def delta(module: nnx.Module, name: str, x: jax.Array, scale: float, out_dtype) -> jax.Array:
-  """scale * (x A) B for x [..., in] (in flattened) -> [..., out flattened] in out_dtype."""
+def uses_dropout(cfg) -> bool:
+  """Whether a ModelConfig's training forward draws LoRA dropout masks (lora with p > 0)."""
+  return cfg.lora is not None and cfg.lora.dropout > 0
+
+
+def branch_key(key: jax.Array, layer: int, target: str) -> jax.Array:
+  """The dropout key of target `target` in layer `layer` (layer may be traced, in a scan):
+  fold_in(fold_in(key, layer), TARGETS.index(target)); a function of the step key alone, so
+  the masks of a resumed run are the same as the uninterrupted run's."""
+  return jax.random.fold_in(jax.random.fold_in(key, layer), TARGETS.index(target))
+
+
+def dropout(x: jax.Array, key: jax.Array, rate: float) -> jax.Array:
+  """Inverted dropout: x * m / (1 - rate), m ~ Bernoulli(1 - rate) per element of x [...]
+  (`torch.nn.Dropout` in training mode), in x's dtype (the scaling in float32, so bf16 x are
+  rounded once: 1 / 0.9 itself is not a bf16 number)."""
+  keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+  kept = (x.astype(jnp.float32) * (1.0 / (1.0 - rate))).astype(x.dtype)
+  return jnp.where(keep, kept, jnp.zeros((), x.dtype))
+
+
+def delta(module: nnx.Module, name: str, x: jax.Array, scale: float, out_dtype,
+          key: Optional[jax.Array] = None) -> jax.Array:
+  """scale * (drop(x) A) B for x [..., in] (in flattened) -> [..., out flattened] in out_dtype.
+
+  key: the layer's dropout key (`Transformer.apply(dropout_key=...)`, training only) or None;
+  with it and `module.lora_dropout` p > 0, drop(x) = `dropout(x, fold_in(key, target), p)`,
+  else drop(x) = x. Only the branch input is dropped: the caller's base product uses x.
+  """
+  if key is not None and module.lora_dropout > 0:
+    x = dropout(x, jax.random.fold_in(key, TARGETS.index(name)), module.lora_dropout)
   a = getattr(module, f"{name}_lora_a")[...]
   b = getattr(module, f"{name}_lora_b")[...]
   h = dense(x, a.reshape(-1, a.shape[-1]))

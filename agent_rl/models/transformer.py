@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from agent_rl.models import lora
 from agent_rl.models.attention import Attention, mask_to_bias
 from agent_rl.models.cache import KVCache
 from agent_rl.models.config import ModelConfig, rope_inv_freq
@@ -51,9 +52,10 @@ class Block(nnx.Module):
     """x + y for the attention output y ([..., E]), y normed first with post_norms."""
     return x + (self.post_attn_norm(y) if self.post_norms else y)
 
-  def add_mlp(self, x: jax.Array) -> jax.Array:
-    """x + mlp(mlp_norm(x)) ([..., E]), the MLP output normed first with post_norms."""
-    y = self.mlp(self.mlp_norm(x))
+  def add_mlp(self, x: jax.Array, key=None) -> jax.Array:
+    """x + mlp(mlp_norm(x)) ([..., E]), the MLP output normed first with post_norms.
+    key: the layer's LoRA dropout key (training forward only) or None."""
+    y = self.mlp(self.mlp_norm(x), key)
     return x + (self.post_mlp_norm(y) if self.post_norms else y)
 
 
@@ -106,17 +108,19 @@ class Transformer(nnx.Module):
     return out
 
   def __call__(self, tokens: jax.Array, positions: Optional[jax.Array] = None,
-               valid: Optional[jax.Array] = None) -> jax.Array:
-    """tokens: [B,L] int32 -> logits [B,L,V] f32 (positions default arange, valid all-True)."""
+               valid: Optional[jax.Array] = None, dropout_key: Optional[jax.Array] = None
+               ) -> jax.Array:
+    """tokens: [B,L] int32 -> logits [B,L,V] f32 (positions default arange, valid all-True;
+    dropout_key as `apply`'s)."""
     b, l = tokens.shape
     if positions is None:
       positions = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (b, l))
     if valid is None:
       valid = jnp.ones((b, l), jnp.bool_)
-    return self.apply(tokens, positions, valid)[0]
+    return self.apply(tokens, positions, valid, dropout_key=dropout_key)[0]
 
   def apply(self, tokens, positions, valid, cache: Optional[KVCache] = None,
-            rows: Optional[jax.Array] = None
+            rows: Optional[jax.Array] = None, dropout_key: Optional[jax.Array] = None
             ) -> Tuple[jax.Array, jax.Array, Optional[KVCache]]:
     """Full forward (cache None) or a block written into `cache` at `cache.index`.
 
@@ -126,7 +130,15 @@ class Transformer(nnx.Module):
       (logits [B,V], hidden [B,E]); the last layer then runs its attention output, MLP and
       the final norm on those rows alone (every row's K/V is still written), as
       `transformers` does with `logits_to_keep=1`.
+    dropout_key: full path only, the train step's key for LoRA dropout (`models.lora`: layer
+      i, target t draws its mask from `lora.branch_key(dropout_key, i, t)`); None (evaluation,
+      scoring) drops nothing. Ignored without `cfg.lora.dropout > 0`: no RNG op is traced.
     """
+    if dropout_key is not None and cache is not None:
+      raise ValueError("apply(dropout_key=...) is for the full (training) path; the cached "
+                       "and decode paths (rollouts) never drop")
+    if not lora.uses_dropout(self.cfg):
+      dropout_key = None
     if rows is not None and (cache is None or rows.shape != tokens.shape[:1]):
       raise ValueError(f"apply(rows=...) needs a cache and rows [B]={tokens.shape[:1]}, got "
                        f"cache {'None' if cache is None else 'given'}, rows {rows.shape}")
@@ -143,7 +155,7 @@ class Transformer(nnx.Module):
       # Rows flattened to [B*L, E] through the blocks: 2-D GEMMs in forward and backward.
       x = x.reshape(b * l, -1)
       ropes = {t: tuple(a.reshape(b * l, -1) for a in cs) for t, cs in ropes.items()}
-      x = _REMAT[self.cfg.remat](self.layers, x, ropes, biases, b)
+      x = _REMAT[self.cfg.remat](self.layers, x, ropes, biases, b, dropout_key)
       x = x.reshape(b, l, -1)
       new_cache = None
     else:
@@ -218,22 +230,27 @@ class Transformer(nnx.Module):
     return self.logits(hidden), hidden, new_cache
 
 
-def _full_block(blk: Block, x, cos, sin, bias, b: int):
-  """One block of the full (no-cache) path on the flattened rows x [B*L, E]."""
-  x = blk.add_attn(x, blk.attn.full(blk.attn_norm(x), cos, sin, bias, b))
-  return blk.add_mlp(x)
+def _full_block(blk: Block, x, cos, sin, bias, b: int, key=None):
+  """One block of the full (no-cache) path on the flattened rows x [B*L, E]; key: this
+  layer's LoRA dropout key (fold_in(dropout_key, layer index)) or None."""
+  x = blk.add_attn(x, blk.attn.full(blk.attn_norm(x), cos, sin, bias, b, key))
+  return blk.add_mlp(x, key)
 
 
-def _unrolled(layers, x, ropes, biases, b: int, block=_full_block):
-  for blk in layers:
+def _layer_key(key, i):
+  return None if key is None else jax.random.fold_in(key, i)
+
+
+def _unrolled(layers, x, ropes, biases, b: int, key=None, block=_full_block):
+  for i, blk in enumerate(layers):
     # The residual stream is laid out by the rules: rows over data x fsdp.
     x = constrain(x, ("batch", "embed"))
     t = blk.layer_type
-    x = block(blk, x, *ropes[t], biases[t], b)
+    x = block(blk, x, *ropes[t], biases[t], b, _layer_key(key, i))
   return x
 
 
-def _remat_blocks(layers, x, ropes, biases, b: int):
+def _remat_blocks(layers, x, ropes, biases, b: int, key=None):
   """Each block recomputed in the backward; only block inputs are kept.
 
   Blocks of one structure run as a `lax.scan` over their states stacked at trace time (a
@@ -244,16 +261,21 @@ def _remat_blocks(layers, x, ropes, biases, b: int):
   """
   graphdefs = {nnx.graphdef(blk) for blk in layers}
   if len(graphdefs) != 1:
-    return _unrolled(layers, x, ropes, biases, b, nnx.remat(_full_block, static_argnums=(5,)))
+    return _unrolled(layers, x, ropes, biases, b, key,
+                     block=nnx.remat(_full_block, static_argnums=(5,)))
   graphdef, t = graphdefs.pop(), layers[0].layer_type
   stacked = jax.tree.map(lambda *a: jnp.stack(a), *[nnx.state(blk) for blk in layers])
+  # The layer index rides along the scan only when there is a key to fold it into.
+  xs = (stacked, None if key is None else jnp.arange(len(layers), dtype=jnp.int32))
 
   @jax.checkpoint
-  def body(x, state):
+  def body(x, state_i):
+    state, i = state_i
     x = constrain(x, ("batch", "embed"))
-    return _full_block(nnx.merge(graphdef, state), x, *ropes[t], biases[t], b), None
+    return _full_block(nnx.merge(graphdef, state), x, *ropes[t], biases[t], b,
+                       _layer_key(key, i)), None
 
-  return jax.lax.scan(body, x, stacked)[0]
+  return jax.lax.scan(body, x, xs)[0]
 
 
 # `config.model.remat` -> how the full path runs its blocks.

@@ -10,6 +10,7 @@
 from agent_rl.objective.minibatch import Minibatch
 from agent_rl.objective.shapers import SHAPERS, apply_shapers, register_shaper
 from agent_rl.objective.terms import TERMS, Term, TermInputs, build_objective, register_term
+from agent_rl.objective import preference_terms, rm_shaper  # noqa: F401,E402  (dpo, kto; reward_model)
 
 __all__ = ["Minibatch", "TERMS", "Term", "TermInputs", "build_objective", "register_term",
            "SHAPERS", "apply_shapers", "register_shaper"]

@@ -109,7 +109,8 @@ def _search_turn(loop: EpisodeLoop, params, c: EpisodeCarry, t, step):
   ce, action, active = big.act(params, ce, t, cand)
   ce = big.record(ce, t, active, step(ce.env_state, action))
   reward = ce.turns.reward[:, t]
-  c, _ = search.select(ce, reward, jnp.repeat(was_alive, k), n, loop.cfg.group_size, cfg)
+  c, _ = search.select(ce, reward, jnp.repeat(was_alive, k), n, loop.cfg.group_size, cfg,
+                       loop.env)
   return c.replace(sample_keys=keys)  # each slot keeps its own key stream, whatever its parent
 
 

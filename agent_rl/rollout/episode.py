@@ -48,7 +48,8 @@ class SearchConfig:
 
   mode: "best_of_n" (per episode keep the best of n candidate actions each turn) or
     "beam" (per group keep the G best of G*n expansions by cumulative score).
-  num_candidates: n. heuristic: optional `env_state -> f32` added to the env reward.
+  num_candidates: n. heuristic: optional `env_state -> f32` added to the env reward, or the
+    name of one registered in `search.HEURISTICS` (resolved against the env: config-settable).
   """
   mode: str = "best_of_n"
   num_candidates: int = 4

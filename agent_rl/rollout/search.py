@@ -14,6 +14,12 @@ Only the chosen candidates' tokens and behaviour log-probs survive (the whole ca
 gathered by the chosen rows), so the EpisodeBatch looks like an ordinary rollout and any
 optimizer / credit method applies unchanged. Finished rows expand to one live candidate
 (their other clones score -inf) so a finished beam is never duplicated.
+
+The heuristic is settable from a config: `SearchConfig.heuristic` is a callable or the name
+of a registered factory `env -> (env_state -> f32)` in `HEURISTICS`:
+  env_progress  the env's own `progress(state) -> f32` (the fraction of the task done, e.g.
+                TextHouse's subgoals reached, MiniShop's match score of the current item and
+                options); an env without `progress` is an error naming the env.
 """
 from __future__ import annotations
 
@@ -22,7 +28,27 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from agent_rl.registry import Registry
 from agent_rl.rollout.episode import SearchConfig
+
+HEURISTICS = Registry("search heuristic")
+
+
+@HEURISTICS.register("env_progress")
+def _env_progress(env):
+  if not callable(getattr(env, "progress", None)):
+    raise ValueError(f"search heuristic 'env_progress': {type(env).__name__} has no "
+                     "progress(state) method (config.rollout.strategy_kwargs.heuristic)")
+  return env.progress
+
+
+def heuristic_fn(heuristic, env):
+  """`env_state -> f32` of `SearchConfig.heuristic` (None, a callable or a registered name)."""
+  if heuristic is None or callable(heuristic):
+    return heuristic
+  if heuristic == "":  # a config's "no heuristic"
+    return None
+  return HEURISTICS.get(heuristic)(env)
 
 
 def _rows(tree, n: int, fn):
@@ -36,19 +62,20 @@ def expand(carry: Any, n: int, k: int):
 
 
 def select(carry: Any, turn_reward: jax.Array, was_alive: jax.Array, n: int, group_size: int,
-           cfg: SearchConfig):
+           cfg: SearchConfig, env: Any = None):
   """Chooses n of the n*k expanded rows; returns the gathered carry and the chosen rows [n].
 
   carry: the expanded EpisodeCarry (any pytree with `episode_return [n*k]`, the cumulative
   returns, and `env_state`, the states after the step); turn_reward: `[n*k]` reward of
   this turn per candidate; was_alive: `[n*k]` the row was alive before the turn (its
-  clones compete).
+  clones compete); env: resolves a named heuristic.
   """
   k = cfg.num_candidates
   cand = jnp.tile(jnp.arange(k), n)
   bonus = 0.0
-  if cfg.heuristic is not None:
-    bonus = jax.vmap(cfg.heuristic)(carry.env_state).astype(jnp.float32)
+  heuristic = heuristic_fn(cfg.heuristic, env)
+  if heuristic is not None:
+    bonus = jax.vmap(heuristic)(carry.env_state).astype(jnp.float32)
   if cfg.mode == "best_of_n":
     score = turn_reward + bonus
   else:

@@ -24,6 +24,11 @@ The output is an ordinary EpisodeBatch, so every credit kernel and loss applies 
                   in `dapo/padded_groups`), "raise" raises as verl does.
   selective_gate  §4.9 gate inside the loop (gate.py); cut groups get a zero loss mask.
   tsr             §4.10 trajectory search inside the loop (search.py).
+  skill_pairs     SkillC's paired streams (§4.13): the first half of the tasks, each played
+                  by G rollouts with its skill text injected (task field `field` True) and G
+                  without; the 2G episodes of a task form one group (skill-injected first), so
+                  the `skillc` kernel compares the streams of the same task. N is unchanged
+                  (half as many distinct tasks per batch, each seen twice as often).
 """
 from __future__ import annotations
 
@@ -167,6 +172,33 @@ def dapo(rollout_fn, params, tasks, key, *, max_num_gen_batches: int = 10, metri
   return out, metrics
 
 
+def skill_pairs(rollout_fn, params, tasks, key, *, field: str = "skill"):
+  if not hasattr(tasks, field):
+    raise ValueError(f"skill_pairs: the env's tasks have no field {field!r} "
+                     "(config.rollout.strategy_kwargs.field)")
+  n = jax.tree.leaves(tasks)[0].shape[0]
+  if n % 2:
+    raise ValueError(f"skill_pairs needs an even rollout.num_tasks, got {n}")
+  half = n // 2
+  base = jax.tree.map(lambda x: x[:half], tasks)
+  flag = getattr(base, field)
+  streams = [base.replace(**{field: jnp.ones_like(flag)}),
+             base.replace(**{field: jnp.zeros_like(flag)})]
+  batch, metrics = rollout_fn(params, jax.tree.map(lambda a, b: jnp.concatenate([a, b]), *streams),
+                              key)
+  g = _group_size(batch)
+  # Group j = the G injected episodes of task j, then its G skill-free ones.
+  rows = (jnp.arange(half)[:, None, None] * g + jnp.array([0, half * g])[None, :, None]
+          + jnp.arange(g)[None, None, :]).reshape(-1)
+  out = jax.tree.map(lambda x: jnp.take(x, rows, axis=0)
+                     if x.ndim and x.shape[0] == batch.num_episodes else x, batch)
+  out = out.replace(group_id=jnp.repeat(jnp.arange(half, dtype=jnp.int32), 2 * g))
+  succ = jnp.any(batch.success & batch.valid, axis=1).astype(jnp.float32).reshape(2, -1)
+  metrics = dict(metrics, **{"skill_pairs/success_injected": jnp.mean(succ[0]),
+                             "skill_pairs/success_free": jnp.mean(succ[1])})
+  return out, metrics
+
+
 def _with_gate(cfg: EpisodeConfig, *, turn: int = 10, threshold: float = 0.12,
                ended_frac: float = 0.9) -> EpisodeConfig:
   return dataclasses.replace(cfg, gate=GateConfig(turn=turn, threshold=threshold,
@@ -184,3 +216,4 @@ STRATEGIES.register("starpo_s", Strategy(run_fn=starpo_s))
 STRATEGIES.register("dapo", Strategy(run_fn=dapo))
 STRATEGIES.register("selective_gate", Strategy(configure_fn=_with_gate))
 STRATEGIES.register("tsr", Strategy(configure_fn=_with_search))
+STRATEGIES.register("skill_pairs", Strategy(run_fn=skill_pairs))

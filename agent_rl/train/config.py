@@ -79,6 +79,22 @@ def base_config() -> mlc.ConfigDict:
       overlong_penalty=1.0,
       overlong_max_length=0,  # 0 = rollout.max_turns * rollout.max_action_tokens
       term_weights="",  # "success=1.0,format=0.5": reward = weighted env reward_terms
+      # A learned reward model in RL (agent_rl.reward.use; shaper "reward_model"): the workdir
+      # of a reward-model run, how its scores enter the turn rewards (add | replace: the
+      # outcome score on the last turn; process: per-turn scores) and the coefficients.
+      model="", model_use="add", model_coef=1.0, env_coef=1.0,
+      hacking_ema=0.8,  # EMA rate of the reward-hacking signal (RM score up, env success down)
+  ))
+  # Training a reward model as a run (`python -m agent_rl.reward.train`, agent_rl.reward):
+  # outcome (Bradley-Terry on pairs) or process (per-turn BCE on the env's step labels).
+  c.rm = mlc.ConfigDict(dict(
+      kind="outcome",  # outcome | process
+      source="rollouts",  # rollouts (ranked by env return within a group) | pairs (TFDS)
+      policy_run="",  # agent_rl workdir whose policy generates the rollouts ("" = the RM's init)
+      pairs_path="",  # JSONL of {"prompt", "chosen", "rejected"} (source=pairs)
+      rollout_batches=6, held_out_batches=2,  # rollout batches for training / held-out
+      held_out_frac=0.2,  # source=pairs: the last fraction of the pairs is held out
+      steps=200, batch_size=32, lr=1e-3, eval_every=50, margin=0.0,
   ))
   c.optim = mlc.ConfigDict(dict(
       name="adamw", lr=3e-4, warmup_steps=0, schedule="constant", weight_decay=0.0,
@@ -98,6 +114,10 @@ def base_config() -> mlc.ConfigDict:
       mode="loss",  # loss (sampled reverse KL) | advantage (coef * (logpT - logp) per token)
       task_advantages=True,  # False: pure distillation, the RL advantages are dropped
   ))
+  # TRIAL-style hindsight teacher (agent_rl.train.hindsight): the policy itself, its context
+  # holding the env's privileged text, scores the sampled tokens; the log-prob gap reweights
+  # the advantages. mode "" = off | weight | bonus (losses.distill.hindsight_gap_advantages).
+  c.hindsight = mlc.ConfigDict(dict(mode="", beta=1.0, gap_clip=2.0, normalize=True))
   c.eval = mlc.ConfigDict(dict(num_tasks=64, seed=10_000, greedy=True, k=4))
   c.mesh = mlc.ConfigDict(dict(
       data=-1, fsdp=1, tensor=1,  # per slice; one axis may be -1 (fills the devices)
@@ -189,6 +209,10 @@ def validate(c: mlc.ConfigDict) -> None:
     need(os.path.isdir(c.model.init_from), "model.init_from",
          f"{c.model.init_from!r} is not a directory")
   _validate_mesh(c, need)
+  from agent_rl.reward.config import validate_reward
+  validate_reward(c, need)
+  from agent_rl.train.hindsight import validate_hindsight
+  validate_hindsight(c, need)
   from agent_rl.metrics import check_log_config
   check_log_config(c.log)
 
@@ -225,6 +249,11 @@ def _validate_kwargs(c: mlc.ConfigDict, need) -> None:
   need(c.loss.kl_type in kl + [k + "+" for k in kl], "loss.kl_type",
        f"unknown KL estimator {c.loss.kl_type!r}; known: {', '.join(kl)} (each also with a "
        "straight-through '+', e.g. 'k1+')")
+  heuristic = c.rollout.strategy_kwargs.get("heuristic", None)
+  if isinstance(heuristic, str) and heuristic:
+    from agent_rl.rollout.search import HEURISTICS
+    need(heuristic in HEURISTICS, "rollout.strategy_kwargs.heuristic",
+         f"unknown search heuristic {heuristic!r}; known: {', '.join(HEURISTICS.names())}")
   need(c.credit.name not in _CRITIC_KERNELS or c.model.critic != "none", "credit.name",
        f"credit kernel {c.credit.name!r} needs critic values but config.model.critic is "
        "'none'; set model.critic=shared|separate")

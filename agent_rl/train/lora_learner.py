@@ -10,6 +10,9 @@ base weights (`agent_rl.models.lora`). Two things make the base frozen and cheap
   (p + 0 = p in every dtype), which is also why it may be stored in bf16.
 The TrainState keeps the whole params tree (base + adapters), so checkpoints and resume are the
 ordinary ones and a restored policy is the adapter-carrying model (merge it for export).
+LoRA dropout (`lora.dropout > 0`) needs nothing here: the losses pass their step key to the
+forward (`train.policy.make_apply(...)(..., dropout_key=key)`), whose masks therefore follow
+`TrainState.rng` and `step` and resume exactly; rollouts and scoring never pass one.
 """
 from __future__ import annotations
 

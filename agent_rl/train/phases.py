@@ -21,7 +21,7 @@ from agent_rl.eval.episodes import held_out_episodes
 from agent_rl.eval.evaluate import evaluate
 from agent_rl.objective import shapers
 from agent_rl.parallel.distributed import main_process_first
-from agent_rl.train import learner, sft
+from agent_rl.train import hindsight, learner, sft
 from agent_rl.train.checkpoint import RunCheckpoint
 from agent_rl.train.metrics import check_finite, progress, to_host
 from agent_rl.train.state import StateSpec, TrainState, copy_tree, new_train_state
@@ -88,6 +88,7 @@ class Run:
   ckpt: RunCheckpoint
   writer: Any
   kill_after: Optional[int] = None
+  reward_model: Optional[Any] = None  # reward.use.RewardSource of config.reward.model
 
   @property
   def sft_steps(self) -> int:
@@ -228,8 +229,13 @@ def rl_batch(run: Run, prog: Progress, it: int):
                                                                   prog.reference, batch))
   if run.teacher is not None:  # on-policy distillation: the teacher scores the student's tokens
     batch = batch.replace(teacher_logprobs=learner.reference_logprobs(*run.teacher, batch))
+  if run.reward_model is not None:  # its scores reach the rewards via the reward_model shaper
+    batch = run.reward_model.attach(batch)
   batch, smetrics, shaper_state = shapers.apply_shapers(c, batch, prog.meta.shaper_state)
   rows = learner.prepare_jit(batch, run.credit_fn(batch))
+  if c.hindsight.mode:  # TRIAL-style: the policy with privileged context rescores the tokens
+    rows, hmetrics = hindsight.rescore(run, params["lm"], tasks, batch, rows)
+    rmetrics = {**rmetrics, **hmetrics}
   return rows, {**rmetrics, **smetrics}, batch, shaper_state, k_upd
 
 

@@ -18,11 +18,14 @@ import jax
 import numpy as np
 from flax import nnx
 
-from agent_rl.models import ModelConfig, Transformer, ValueHead
+from agent_rl.models import ModelConfig, Transformer, ValueHead, lora
 from agent_rl.models.logprobs import shifted_token_stats
 
 CRITICS = ("none", "shared", "separate")
 DEFAULT_LOGPROB_CHUNK = 256
+# fold_in streams of the train step's key for LoRA dropout, apart from the objective's own use
+# of that key (clip-cov selection): the policy LM's and a separate critic LM's masks.
+LM_DROPOUT, CRITIC_DROPOUT = 1, 2
 
 
 class TokenStats(NamedTuple):
@@ -74,27 +77,43 @@ class ActorCritic(nnx.Module):
     hidden = None if self.critic == "separate" else self.lm.apply(tokens, positions, valid)[1]
     return self._values(tokens, positions, valid, hidden)
 
-  def token_stats(self, tokens, positions, valid, *, with_entropy: bool = True) -> TokenStats:
+  def token_stats(self, tokens, positions, valid, *, with_entropy: bool = True,
+                  dropout_key: Optional[jax.Array] = None) -> TokenStats:
     """tokens/positions [B,L] i32, valid [B,L] bool -> TokenStats (no [B,L,V] logits kept:
-    the unused logits output of `Transformer.apply` is dead code under jit)."""
-    _, hidden, _ = self.lm.apply(tokens, positions, valid)
+    the unused logits output of `Transformer.apply` is dead code under jit).
+
+    dropout_key: the train step's key (the loss's forward only, never rollouts or scoring):
+    LoRA dropout (`models.lora`) draws the LM's masks from fold_in(key, LM_DROPOUT) and a
+    separate critic's from fold_in(key, CRITIC_DROPOUT); without `lora.dropout > 0` unused."""
+    lm_key, critic_key = _dropout_keys(self.lm.cfg, dropout_key)
+    _, hidden, _ = self.lm.apply(tokens, positions, valid, dropout_key=lm_key)
     lp, ent = shifted_token_stats(hidden, self.lm.head_weight(), tokens,
                                   chunk=self.logprob_chunk, with_entropy=with_entropy)
-    return TokenStats(lp, ent, self._values(tokens, positions, valid, hidden))
+    return TokenStats(lp, ent, self._values(tokens, positions, valid, hidden, critic_key))
 
-  def _values(self, tokens, positions, valid, hidden) -> Optional[jax.Array]:
+  def _values(self, tokens, positions, valid, hidden, dropout_key=None) -> Optional[jax.Array]:
     if self.critic == "none":
       return None
     if self.critic == "separate":
-      hidden = self.critic_lm.apply(tokens, positions, valid)[1]
+      hidden = self.critic_lm.apply(tokens, positions, valid, dropout_key=dropout_key)[1]
     return self.value_head(hidden)
 
 
-def make_apply(graphdef):
-  """`apply(params, tokens, positions, valid) -> TokenStats` for a split ActorCritic."""
+def _dropout_keys(cfg: ModelConfig, key: Optional[jax.Array]):
+  """(policy LM key, critic LM key) for LoRA dropout, (None, None) when nothing drops (no
+  fold_in traced: the p = 0 program is the one without a key)."""
+  if key is None or not lora.uses_dropout(cfg):
+    return None, None
+  return jax.random.fold_in(key, LM_DROPOUT), jax.random.fold_in(key, CRITIC_DROPOUT)
 
-  def apply(params, tokens, positions, valid) -> TokenStats:
-    return nnx.merge(graphdef, params).token_stats(tokens, positions, valid)
+
+def make_apply(graphdef):
+  """`apply(params, tokens, positions, valid, dropout_key=None) -> TokenStats` for a split
+  ActorCritic; the training losses pass their step key as `dropout_key` (LoRA dropout)."""
+
+  def apply(params, tokens, positions, valid, dropout_key=None) -> TokenStats:
+    return nnx.merge(graphdef, params).token_stats(tokens, positions, valid,
+                                                   dropout_key=dropout_key)
 
   return apply
 

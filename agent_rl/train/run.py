@@ -27,7 +27,7 @@ from agent_rl.parallel.placement import Placement, make_placement
 from agent_rl.rollout.compiled import make_rollout
 from agent_rl.rollout.policy import Policy
 from agent_rl.rollout.strategies import STRATEGIES
-from agent_rl.train import lora_learner, phases, pretrained, sft
+from agent_rl.train import hindsight, lora_learner, phases, pretrained, sft
 from agent_rl.train.checkpoint import RunCheckpoint
 from agent_rl.train.config import validate
 from agent_rl.train.metrics import MetricWriter
@@ -100,14 +100,17 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   needs = credit_lib.check_inputs(c.credit.name, dict(c.credit.kwargs), env=setup.env,
                                   env_name=c.env.name, critic=c.model.critic != "none",
                                   strategy=c.rollout.strategy)
+  hindsight.check_env(c, setup.env)
   baseline_fn = (credit_lib.baseline.make_baseline_rollout(policy, setup.env, ecfg, setup.pieces)
                  if needs.baseline_rollout else None)
   startup_report(c, spec, rl_opt, setup, roll_fn)
 
   apply_fn = make_apply(spec.graphdef)
   objective = build_objective(c)
-  rl_loss = lambda params, mb, key: objective(apply_fn(params, mb.tokens, mb.position,
-                                                       mb.attention_mask), mb, key)
+  # The step key also drives LoRA dropout in the loss's forward (not in the rollout's old
+  # log-probs): the ratio's numerator is the dropped-out policy, as PEFT-trained TRL PPO.
+  rl_loss = lambda params, mb, key: objective(
+      apply_fn(params, mb.tokens, mb.position, mb.attention_mask, dropout_key=key), mb, key)
   sft_loss = sft.make_sft_loss(apply_fn)
   if setup.model_cfg.lora is not None:  # no base-weight gradients are computed at all
     rl_loss, sft_loss = lora_learner.frozen_loss(rl_loss), lora_learner.frozen_loss(sft_loss)
@@ -115,6 +118,10 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   if c.distill.coef > 0:
     t = pretrained.load_run_policy(c.distill.teacher, setup.model_cfg.vocab_size, place)
     teacher = (t.lm_graphdef, t.params)
+  reward_model = None
+  if c.reward.model:  # a frozen reward model scores each rollout (agent_rl.reward.use)
+    from agent_rl.reward.use import load_for_rl
+    reward_model = load_for_rl(c, setup, place)
   ckpt = RunCheckpoint(os.path.join(workdir, "checkpoints"), keep=c.train.keep_checkpoints,
                        save_steps=save_steps(c))
   # Hyperparameters are bound before jit (static); the kernel compiles once per shape.
@@ -132,7 +139,7 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
       sft_step=jit_step(make_train_step(sft_loss, sft_opt), spec, sft_opt),
       credit_fn=credit_fn, roll_fn=roll_fn, baseline_fn=baseline_fn, strategy=strategy,
       strategy_kwargs=strat_kw,
-      uses_reference=uses_reference(c), teacher=teacher, ckpt=ckpt,
+      uses_reference=uses_reference(c), teacher=teacher, reward_model=reward_model, ckpt=ckpt,
       writer=MetricWriter.from_config(c, workdir), kill_after=kill_after)
 
 

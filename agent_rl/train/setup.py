@@ -40,6 +40,8 @@ def env_corpus(env_name: str, env_kwargs: dict, num_tasks: int = 64, seed: int =
   for i in range(num_tasks):
     task = jax.tree.map(lambda x: x[i], tasks)
     texts.append(env.render_text(task))
+    if hasattr(env, "episode_texts"):  # pages past the first (MiniShop's results and items)
+      texts += env.episode_texts(task)
     try:
       plan = env.solve(task)
     except Exception:  # noqa: BLE001 — an unsolvable sample only loses corpus text

@@ -62,8 +62,8 @@ def demo_rows(c, setup, ecfg, workdir: str) -> Minibatch:
 
 def make_sft_loss(apply_fn):
   def loss_fn(params, mb: Minibatch, key):
-    del key
-    stats = apply_fn(params, mb.tokens, mb.position, mb.attention_mask)
+    # key: the step's, for LoRA dropout (models.lora) in this training forward.
+    stats = apply_fn(params, mb.tokens, mb.position, mb.attention_mask, dropout_key=key)
     loss, m = losses.sft_loss(stats.logprobs, mb.loss_mask)
     return loss, {f"sft/{k}": v for k, v in m.items()} | {"sft/loss": loss}
   return loss_fn

@@ -15,7 +15,8 @@ from agent_rl.tokenizers import ByteTokenizer
 from agent_rl.models.logprobs import shifted_logprobs
 
 ENV_KW = {"sokoban": dict(max_steps=3), "frozenlake": dict(max_steps=3), "bandit": {},
-          "countdown": dict(max_numbers=3)}
+          "countdown": dict(max_numbers=3), "minishop": dict(max_steps=3, num_products=60),
+          "texthouse": dict(max_steps=3), "textlab": dict(max_steps=3, repeat_goal=True, list_actions=True)}
 
 
 def test_every_registered_env_is_covered():

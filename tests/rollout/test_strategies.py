@@ -13,7 +13,7 @@ from agent_rl.rollout.compiled import make_rollout
 from agent_rl.rollout.episode import EpisodeConfig, SearchConfig
 from agent_rl.rollout.gate import GateConfig, gate_groups, levenshtein
 from agent_rl.rollout.sampler import SamplerConfig
-from agent_rl.rollout.strategies import STRATEGIES, dapo, starpo_s
+from agent_rl.rollout.strategies import STRATEGIES, dapo, skill_pairs, starpo_s
 
 from toy import PIECES, STOP, GuessEnv, tasks, tiny_policy
 
@@ -113,6 +113,34 @@ def test_dapo_refills_and_bounds():
 
 
 @struct.dataclass
+class _SkillTask:
+  task_id: jax.Array
+  skill: jax.Array
+
+
+def test_skill_pairs_groups_both_streams_of_a_task():
+  tasks = _SkillTask(task_id=jnp.arange(4), skill=jnp.zeros(4, bool))
+  seen = []
+
+  def fn(params, t, key):  # reward = 10 * task id + skill flag, G = 2 members per task
+    seen.append(t)
+    r = np.repeat(10 * np.asarray(t.task_id) + np.asarray(t.skill), 2)[:, None]
+    b = _turn_batch(r, 2)
+    return b.replace(success=jnp.asarray(np.asarray(t.skill).repeat(2))[:, None]), {}
+
+  out, m = skill_pairs(fn, None, tasks, None)
+  np.testing.assert_array_equal(np.asarray(seen[0].task_id), [0, 1, 0, 1])  # first half, twice
+  np.testing.assert_array_equal(np.asarray(seen[0].skill), [1, 1, 0, 0])
+  np.testing.assert_array_equal(np.asarray(out.reward)[:, 0], [1, 1, 0, 0, 11, 11, 10, 10])
+  np.testing.assert_array_equal(np.asarray(out.group_id), [0, 0, 0, 0, 1, 1, 1, 1])
+  assert float(m["skill_pairs/success_injected"]) == 1 and float(m["skill_pairs/success_free"]) == 0
+  with pytest.raises(ValueError, match="field"):
+    skill_pairs(fn, None, tasks, None, field="hint")
+  with pytest.raises(ValueError, match="even"):
+    skill_pairs(fn, None, _SkillTask(jnp.arange(3), jnp.zeros(3, bool)), None)
+
+
+@struct.dataclass
 class _Carry:
   """The carry fields search.select reads (cumulative return, env state) plus a payload x."""
   episode_return: jax.Array
@@ -135,6 +163,16 @@ def test_search_select_hand_cases():
   carry = carry.replace(env_state=jnp.array([5., 0., 0., 0., 0., 0.]))
   _, rows = search.select(carry, turn_r, alive, 2, 2, heur)
   assert list(np.asarray(rows)) == [0, 3]
+  # A named heuristic (settable from a config) resolves against the env's progress(state).
+  class _Env:
+    progress = staticmethod(lambda s: s)
+  named = SearchConfig("best_of_n", 3, heuristic="env_progress")
+  _, rows = search.select(carry, turn_r, alive, 2, 2, named, _Env())
+  assert list(np.asarray(rows)) == [0, 3]
+  with pytest.raises(ValueError, match="progress"):
+    search.select(carry, turn_r, alive, 2, 2, named, object())
+  with pytest.raises(KeyError, match="heuristic"):
+    search.select(carry, turn_r, alive, 2, 2, SearchConfig("best_of_n", 3, heuristic="nope"), _Env())
 
 
 @pytest.mark.parametrize("mode", ["best_of_n", pytest.param("beam", marks=pytest.mark.slow)])

@@ -1,21 +1,29 @@
 """A LoRA learner (config.model.lora.rank > 0): only adapters train, the (bf16) base stays
 bit-identical, the optimizer holds no base-sized moments, adapters shard like their base
-weights on 8 fake devices, resume is exact and the restored policy carries its adapters."""
+weights on 8 fake devices, resume is exact and the restored policy carries its adapters;
+LoRA dropout (model.lora.dropout) acts in the training forward only, trains and resumes
+bit-exactly, and at p = 0 leaves the traced program as it was."""
 import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
+from agent_rl.objective.minibatch import Minibatch
 from agent_rl.parallel.placement import make_placement
 from agent_rl.train import lora_learner
 from agent_rl.train.config import validate
 from agent_rl.train.optim import make_optimizer
+from agent_rl.train.policy import make_apply
 from agent_rl.train.pretrained import load_run_policy
 from agent_rl.train.run import SimulatedKill, run
 from agent_rl.train.setup import model_config, model_factory
-from agent_rl.train.state import init_params, state_spec
+from agent_rl.train.sft import make_sft_loss
+from agent_rl.train.state import init_params, jit_step, new_train_state, state_spec
+from agent_rl.train.step import make_train_step
 from tests.train.tiny import tiny_config
 
 VOCAB = 400
@@ -39,7 +47,8 @@ def _records(wd):
 
 @pytest.mark.parametrize("field,value,msg", [
     ("rank", -1, "model.lora.rank"), ("targets", "q,nope", "lora.targets"),
-    ("alpha", 0.0, "lora.alpha"), ("dropout", 0.1, "lora.dropout")])
+    ("alpha", 0.0, "lora.alpha"), ("dropout", -0.1, "config.model.lora.dropout"),
+    ("dropout", 1.0, "config.model.lora.dropout")])
 def test_bad_lora_config_names_the_field(field, value, msg):
   c = lora_config()
   c.model.lora[field] = value
@@ -49,9 +58,10 @@ def test_bad_lora_config_names_the_field(field, value, msg):
 
 def test_model_config_carries_lora():
   c = lora_config()
+  c.model.lora.dropout = 0.1
   validate(c)
   lc = model_config(c, VOCAB).lora
-  assert (lc.rank, lc.alpha, lc.targets) == (4, 8.0, ("q", "v", "o", "up", "down"))
+  assert (lc.rank, lc.alpha, lc.dropout, lc.targets) == (4, 8.0, 0.1, ("q", "v", "o", "up", "down"))
   c.model.lora.rank = 0
   assert model_config(c, VOCAB).lora is None
 
@@ -106,6 +116,7 @@ def test_adapters_shard_like_their_base_on_8_devices():
 def test_tiny_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path):
   c = lora_config(iterations=4, ckpt_every=2, sft_steps=2)
   c.model.param_dtype = "bfloat16"
+  c.model.lora.dropout = 0.1  # masks from the step key: resume must still be exact
   full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
   run(c, full)
   with pytest.raises(SimulatedKill):
@@ -124,3 +135,74 @@ def test_tiny_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path):
   assert changed and all("_lora_" in k for k in changed), changed  # adapters moved, base not
   assert any("_lora_b" in k for k in changed)  # B started at zero: the delta is live
   assert any(r.get("grad/norm", 0) > 0 for r in _records(full))
+
+
+def _dropout_spec(dropout):
+  c = lora_config()
+  c.model.lora.dropout = dropout
+  validate(c)
+  place = make_placement(c.mesh)
+  return state_spec(model_factory(c, model_config(c, VOCAB)), place)
+
+
+def _rows():
+  tok = jnp.asarray((np.arange(16)[None, :] * np.array([[1], [3], [5], [7]])) % 50 + 10,
+                    jnp.int32)  # 4 learnable rows (arithmetic sequences)
+  ones = jnp.ones(tok.shape, jnp.float32)
+  pos = jnp.broadcast_to(jnp.arange(16, dtype=jnp.int32), tok.shape)
+  return Minibatch(tokens=tok, position=pos, attention_mask=ones > 0, loss_mask=ones,
+                   turn_index=jnp.zeros(tok.shape, jnp.int32), old_logprobs=0 * ones,
+                   advantages=0 * ones)
+
+
+def _dropout_setup(dropout):
+  """(jitted SFT step of the LoRA learner, fresh TrainState, rows) on a tiny model."""
+  spec = _dropout_spec(dropout)
+  opt = lora_learner.freeze_base(optax.adam(3e-2))
+  loss = lora_learner.frozen_loss(make_sft_loss(make_apply(spec.graphdef)))
+  with spec.place.context():
+    state = new_train_state(spec, init_params(spec), opt, seed=0)
+  return jit_step(make_train_step(loss, opt), spec, opt), state, spec.place.batch(_rows())
+
+
+def _losses(step, state, rows, n):
+  out = []
+  for _ in range(n):
+    state, m = step(state, rows)
+    out.append(float(m["sft/loss"]))
+  return state, out
+
+
+def test_lora_dropout_learner_trains_and_resumes_bit_exactly():
+  """dropout 0.1: the SFT loss falls, the trajectory differs from p = 0 (masks are live:
+  B = 0 makes step 0 equal, later steps not), and steps 0-3, a host round trip of the state
+  (what a checkpoint restore gives), then steps 4-7 equal steps 0-7 bit for bit."""
+  step, state, rows = _dropout_setup(0.1)
+  pytree = lambda s: jax.tree.map(np.asarray, jax.device_get(s))
+  init = pytree(state)
+  restore = lambda host: jax.tree.map(lambda x, ref: jax.device_put(x, ref.sharding), host, state)
+  full, losses = _losses(step, restore(init), rows, 8)
+  half, first = _losses(step, restore(init), rows, 4)
+  resumed, second = _losses(step, restore(pytree(half)), rows, 4)
+  assert first + second == losses
+  for a, b in zip(jax.tree.leaves(pytree(full)), jax.tree.leaves(pytree(resumed))):
+    np.testing.assert_array_equal(a, b)
+  more, later = _losses(step, full, rows, 12)
+  assert np.mean(later[-3:]) < losses[0] - 0.5, (losses, later)
+  step0, state0, rows0 = _dropout_setup(0.0)
+  _, plain = _losses(step0, state0, rows0, 4)
+  assert plain[0] == losses[0] and plain[1:] != losses[1:4], (plain, losses)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_lora_dropout_key_reaches_only_the_training_forward(dropout):
+  """make_apply with the step key: at p = 0 the traced program equals the keyless one (no
+  RNG op), at p > 0 it draws masks (scoring passes no key: see tests/models/test_lora.py)."""
+  spec, rows = _dropout_spec(dropout), _rows()
+  apply = make_apply(spec.graphdef)
+  trace = lambda use: str(jax.make_jaxpr(lambda p, k: apply(
+      p, rows.tokens, rows.position, rows.attention_mask, dropout_key=k if use else None))(
+          spec.params, jax.random.key(0)))  # abstract params: nothing is allocated
+  with_key = trace(True)
+  assert (with_key == trace(False)) == (dropout == 0)
+  assert ("random_bits" in with_key) == (dropout > 0)

@@ -1,0 +1,122 @@
+"""TRIAL-style hindsight teacher: the same network, its context holding privileged text.
+
+TRIAL / StepOPSD-style credit (ALGORITHMS.md, `losses.distill.hindsight_gap_advantages`): a
+teacher that sees what the student could not (the goal's hidden attributes, where the hidden
+objects are: `env.privileged_text(task)`) scores the student's sampled tokens; the gap
+log pi_T(y_t) - log pi(y_t) reweights the task advantages. The teacher is the current policy
+itself (no second model): only its context differs.
+
+The privileged text is a *prefix* of every row: `[priv (P, right-padded), episode tokens]`.
+Pad slots are masked keys and the episode's positions are shifted by the text's true length,
+so each row equals the unpadded concatenation `priv[:len] + tokens` (tested against it), and
+the student's token t sits at column P + t of the teacher's row: one static slice maps the
+teacher's log-probs back, no re-rendering of prompts or observations. (Putting the text in
+front of the chat template's first token, rather than inside its system message, is our
+choice: it keeps that slice static for any template.)
+
+Episode -> task: episode i of a plain rollout plays task `i // G` (members contiguous,
+rollout.episode). Strategies that drop or reorder groups (starpo_s, dapo) break that map, so
+`config.hindsight` is checked against them at start-up (train.config).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from agent_rl.envs.base import Text
+from agent_rl.losses.distill import hindsight_gap_advantages
+from agent_rl.rollout.batch import EpisodeBatch
+
+# Strategies whose episodes keep the rollout's order (episode i plays task i // G).
+ORDER_KEEPING = ("plain", "selective_gate", "tsr")
+
+
+def episode_privileged(env, tasks, group_size: int) -> Text:
+  """`Text [N, P]`: each episode's privileged text (task i // G's)."""
+  priv = jax.vmap(env.privileged_text)(tasks)
+  rep = lambda x: jnp.repeat(x, group_size, axis=0)
+  return Text(tokens=rep(priv.tokens), length=rep(priv.length))
+
+
+def prefixed_rows(tok, pos, attn, priv: Text):
+  """Rows `[R, P + S]` with the privileged prefix; R = N * reps (windowed segments repeat
+  their episode's text). tok, pos: [R, S] int32; attn [R, S] bool; priv [N, P]."""
+  reps = tok.shape[0] // priv.tokens.shape[0]
+  ptok = jnp.repeat(priv.tokens, reps, axis=0).astype(tok.dtype)
+  plen = jnp.repeat(priv.length, reps, axis=0).astype(jnp.int32)
+  p = ptok.shape[1]
+  cols = jnp.arange(p, dtype=jnp.int32)[None, :]
+  pmask = cols < plen[:, None]
+  full_tok = jnp.concatenate([jnp.where(pmask, ptok, 0), tok], axis=1)
+  full_pos = jnp.concatenate([jnp.broadcast_to(cols, ptok.shape), pos + plen[:, None]], axis=1)
+  full_attn = jnp.concatenate([pmask, attn.astype(bool)], axis=1)
+  return full_tok, full_pos.astype(jnp.int32), full_attn
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def row_logprobs(lm_graphdef, params, tok, pos, attn, priv: Text) -> jax.Array:
+  """`[R, S]` log-probs of rows `tok [R, S]` under the policy with the privileged prefix."""
+  from agent_rl.train.policy import policy_token_stats  # pulls in the models room
+  full_tok, full_pos, full_attn = prefixed_rows(tok, pos, attn, priv)
+  lp, _ = policy_token_stats(lm_graphdef, params, full_tok, full_pos, full_attn)
+  return lp[:, priv.tokens.shape[1]:] * attn
+
+
+def privileged_logprobs(lm_graphdef, params, batch: EpisodeBatch, priv: Text) -> jax.Array:
+  """`[N, L]` log-probs of the batch's tokens under the policy with the privileged prefix."""
+  from agent_rl.train.learner import _rows
+  tok, pos, attn, shape = _rows(batch)
+  return row_logprobs(lm_graphdef, params, tok, pos, attn, priv).reshape(shape)
+
+
+def reweight(rows, teacher_logprobs: jax.Array, *, mode: str, beta: float, gap_clip: float,
+             normalize: bool):
+  """The learner rows with hindsight-reweighted advantages (`hindsight_gap_advantages`), and
+  metrics: the mean gap on loss tokens and the mean |A' - A|."""
+  tlp = teacher_logprobs.reshape(rows.old_logprobs.shape)
+  adv = hindsight_gap_advantages(rows.advantages, rows.old_logprobs, tlp, rows.loss_mask,
+                                 mode=mode, beta=beta, gap_clip=gap_clip, normalize=normalize)
+  m = rows.loss_mask.astype(jnp.float32)
+  den = jnp.maximum(jnp.sum(m), 1.0)
+  metrics = {"hindsight/gap": jnp.sum((tlp - rows.old_logprobs) * m) / den,
+             "hindsight/adv_change": jnp.sum(jnp.abs(adv - rows.advantages) * m) / den}
+  return rows._replace(advantages=adv), metrics
+
+
+def validate_hindsight(c, need) -> None:
+  """`config.hindsight` at start-up: a known mode, sane numbers, an order-keeping strategy."""
+  h = c.hindsight
+  need(h.mode in ("", "weight", "bonus"), "hindsight.mode",
+       f"must be '' (off) | weight | bonus, got {h.mode!r}")
+  if not h.mode:
+    return
+  need(h.beta > 0, "hindsight.beta", f"must be > 0, got {h.beta}")
+  need(h.gap_clip > 0, "hindsight.gap_clip", f"must be > 0, got {h.gap_clip}")
+  need(c.rollout.strategy in ORDER_KEEPING, "hindsight.mode",
+       f"needs a rollout strategy that keeps episodes in task order ({', '.join(ORDER_KEEPING)});"
+       f" rollout.strategy is {c.rollout.strategy!r}")
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _episode_privileged_jit(env, tasks, group_size):
+  return episode_privileged(env, tasks, group_size)
+
+
+def rescore(run, lm_params, tasks, batch: EpisodeBatch, rows):
+  """The RL phase's hindsight step: privileged log-probs of the batch under the current
+  policy, then the reweighted rows (`config.hindsight`) and their metrics."""
+  c, env = run.c, run.setup.env
+  priv = _episode_privileged_jit(env, tasks, c.rollout.group_size)
+  tlp = privileged_logprobs(run.spec.lm_graphdef, lm_params, batch, priv)
+  h = c.hindsight
+  return reweight(rows, tlp, mode=h.mode, beta=h.beta, gap_clip=h.gap_clip,
+                  normalize=h.normalize)
+
+
+def check_env(c, env) -> None:
+  """At start-up: a hindsight run's env must provide the privileged text."""
+  if c.hindsight.mode and not callable(getattr(env, "privileged_text", None)):
+    raise ValueError(f"config.hindsight.mode={c.hindsight.mode!r}: env {c.env.name!r} has no "
+                     "privileged_text(task) (the text the hindsight teacher reads)")

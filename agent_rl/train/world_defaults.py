@@ -1,0 +1,82 @@
+"""Rollout settings shared by the paper configs of one agentic world (configs/*_texthouse.py,
+configs/*_minishop.py): each world's paper setup in one place, so the configs stay deltas.
+
+    from agent_rl.train.world_defaults import texthouse, minishop
+    c, args = scaled_config(arg, VARIANTS); texthouse(c, long="long" in args)
+
+Sizes follow verl-agent's ALFWorld / WebShop runs (the GiGPO paper's setup): a window of the
+last 2 turns in the prompt (history_length 2), admissible actions listed in each observation,
+50 steps (ALFWorld) / 15 steps (WebShop); `tiny` shrinks the horizon to what a 2-core CPU runs
+in minutes.
+"""
+from __future__ import annotations
+
+
+def _windowed(c, tiny_turns: int, full_turns: int, tiny_window: int, tiny_action: int):
+  c.rollout.history = "windowed"
+  c.rollout.window_turns = 2
+  if c.scale == "tiny":
+    c.rollout.max_turns = tiny_turns
+    c.rollout.window_tokens = tiny_window  # 0: what the prompt, the window and a turn need
+    c.rollout.max_action_tokens = tiny_action
+    c.tokenizer.vocab_size = 1024
+  else:
+    c.rollout.max_turns = full_turns
+    c.rollout.window_tokens = 4096
+    c.rollout.max_action_tokens = 256  # room for verl-agent's <think> block before <action>
+  return c
+
+
+def texthouse(c, *, long: bool = False):
+  """TextHouse (one ALFWorld task) or TextLab (`long`: 4 chained stages, 20-40 expert steps)."""
+  c.env.name = "textlab" if long else "texthouse"
+  c.env.kwargs.max_steps = 100 if long else 50
+  # verl-agent's ALFWorld prompt lists the admissible actions; at `tiny` the list (up to ~40
+  # actions) would triple the context of a 2-core CPU run, so it is off there.
+  c.env.kwargs.list_actions = c.scale != "tiny"
+  c.env.kwargs.repeat_goal = True   # the windowed context drops the first observation (the goal)
+  return _windowed(c, tiny_turns=24 if long else 8, full_turns=c.env.kwargs.max_steps,
+                   tiny_window=0, tiny_action=24)
+
+
+def minishop(c):
+  """MiniShop with WebShop's 15-step episodes."""
+  c.env.name = "minishop"
+  c.env.kwargs.max_steps = 15
+  if c.scale == "tiny":  # 5 results a page (WebShop shows 10): a page then fits the window
+    c.env.kwargs.page_size, c.env.kwargs.num_results = 5, 40
+  return _windowed(c, tiny_turns=6, full_turns=15, tiny_window=0, tiny_action=32)
+
+
+def full_policy(c, preset: str = "qwen2.5-1.5b"):
+  """The GiGPO paper's policy at `full`: Qwen2.5-1.5B-Instruct shape, bf16 over f32 masters,
+  16 tasks x 8 rollouts, KL loss 0.01 low_var_kl [recalled from the paper, unverified]."""
+  c.model.preset = preset  # the shape when no init_from is given
+  c.model.dtype, c.model.param_dtype = "bfloat16", "float32"
+  c.rollout.num_tasks, c.rollout.group_size = 16, 8
+  c.rollout.temperature = 1.0
+  c.loss.kl_coef, c.loss.kl_type = 0.01, "low_var_kl"
+  return c
+
+
+def gigpo_or_baseline(c, args):
+  """GiGPO (gamma 0.95, w 1, mean_norm: the paper's defaults) unless a baseline variant is
+  named: `grpo`, `rloo`, or `ppo` (a shared-trunk critic with GAE, gamma 0.95), with the
+  clip-higher PPO loss (0.2 / 0.28) of verl-agent's runs."""
+  c.loss.name = "vanilla"
+  c.loss.kwargs.clip_ratio_low = 0.2
+  c.loss.kwargs.clip_ratio_high = 0.28
+  if "grpo" in args:
+    c.credit.name = "grpo"
+  elif "rloo" in args:
+    c.credit.name = "rloo"
+  elif "ppo" in args:
+    c.model.critic = "shared"
+    c.credit.name = "gae"
+    c.credit.kwargs.gamma = 0.95
+  else:
+    c.credit.name = "gigpo"
+    c.credit.kwargs.gamma = 0.95
+    c.credit.kwargs.step_weight = 1.0
+    c.credit.kwargs.norm = "mean_norm"
+  return c

@@ -1,0 +1,48 @@
+"""Outcome-only GRPO vs PRM-shaped credit on Sokoban (the comparison of the reward-models
+issue): the same policy, env and GRPO + PPO-clip learner, with or without per-turn process
+rewards from a process reward model trained on Sokoban's box-on-target milestones
+(Lightman et al. 2023, arXiv:2305.20050; process rewards in RL as Math-Shepherd, Wang et al.
+2024, arXiv:2312.08935, and PRIME, Cui et al. 2025).
+
+  # 1. the policy (SFT warm start), 2. the PRM from its rollouts, 3. both arms x 3 seeds
+  python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny --workdir=runs/sokoban_tiny \
+      --config.train.iterations=0
+  python -m agent_rl.reward.train --config=configs/reward_model.py:tiny,process \
+      --workdir=runs/prm_tiny --config.rm.policy_run=runs/sokoban_tiny \
+      --config.model.init_from=runs/sokoban_tiny
+  for s in 0 1 2; do
+    python -m agent_rl.train --config=configs/prm_sokoban.py:tiny --workdir=runs/cmp_outcome_$s \
+        --config.seed=$s --config.model.init_from=runs/sokoban_tiny \
+        --config.tokenizer.path=runs/sokoban_tiny/tokenizer.model
+    python -m agent_rl.train --config=configs/prm_sokoban.py:tiny,prm --workdir=runs/cmp_prm_$s \
+        --config.seed=$s --config.model.init_from=runs/sokoban_tiny \
+        --config.tokenizer.path=runs/sokoban_tiny/tokenizer.model --config.reward.model=runs/prm_tiny
+  done
+
+Variants: `tiny` (default; the RAGEN tiny setup, sft.steps=0 since the policy comes from
+`model.init_from`), `prm` (r_t = r_env,t + 1.0 x PRM score of turn t, `reward.model_use=
+process`). Both arms log `rollout/env_reward` (the prm arm also `rollout/rm_turn_reward`,
+`rm/hacking`). The credit is GRPO on the summed return, so the PRM changes which episodes of a
+group look better, not a per-turn advantage; a per-turn kernel (`credit.name=gigpo`) is the
+next comparison.
+Expected: measured at micro scale only (README "Reward models"); not at this config yet.
+"""
+from agent_rl.train.config import scaled_config
+
+VARIANTS = dict(prm=False)
+
+
+def get_config(arg: str | None = None):
+  c, args = scaled_config(arg, VARIANTS)
+  c.env.name = "sokoban"
+  c.env.kwargs.dim_room = (6, 6)
+  c.env.kwargs.num_boxes = 1
+  c.env.kwargs.max_steps = 10
+  c.credit.name, c.loss.name = "grpo", "vanilla"
+  c.loss.kwargs.clip_ratio_low, c.loss.kwargs.clip_ratio_high = 0.2, 0.28
+  c.sft.steps = 0  # the policy is model.init_from (an SFT run)
+  if "prm" in args:
+    c.reward.model = "runs/prm_tiny"
+    c.reward.shapers = "reward_model,kl_in_reward,overlong"
+    c.reward.model_use, c.reward.model_coef, c.reward.env_coef = "process", 1.0, 1.0
+  return c

@@ -1,0 +1,39 @@
+"""SkillC on TextHouse: paired skill-injected / skill-free rollouts of the same task, GRPO over
+both streams plus a one-sided bonus for skill-free successes (arXiv 2605.27899 [abstract];
+ALGORITHMS.md §4.13; `credit/skills.py skillc`, a design proposal: no code was found).
+
+The `skill_pairs` rollout strategy plays the first half of each batch's tasks twice: G
+rollouts with the family's skill text in the first observation (task.skill) and G without,
+grouped together (2G per task). The `skillc` kernel then gives
+  A_i = GRPO(R_i over both streams) + lam * [free_i and success_i] * max(0, SR_skill - SR_free),
+so credit flows to skill-free successes on tasks where the skill helped: the policy is pushed
+to internalize the skill (the paper's point: skill-free inference after training).
+
+  python -m agent_rl.train --config=configs/skillc_texthouse.py:tiny --workdir=/tmp/skillc
+  python -m agent_rl.train --config=configs/skillc_texthouse.py:tiny,grpo --workdir=/tmp/grpo
+  variants: grpo (plain rollouts without skills, the baseline), full.
+Evaluation is skill-free (the eval tasks have no skill flag), which is what the paper reports.
+
+Paper numbers: none recalled for this repo. Expected direction: SkillC's skill-free success
+> GRPO's. tiny: measured over 3 seeds in the README ("Agentic worlds").
+"""
+from agent_rl.train.config import scaled_config
+from agent_rl.train.world_defaults import full_policy, texthouse
+
+VARIANTS = dict(grpo=False)
+
+
+def get_config(arg: str | None = None):
+  c, args = scaled_config(arg, VARIANTS)
+  texthouse(c)
+  c.loss.name = "vanilla"
+  if "grpo" in args:
+    c.credit.name = "grpo"
+  else:
+    c.rollout.strategy = "skill_pairs"
+    c.rollout.strategy_kwargs.field = "skill"
+    c.credit.name = "skillc"
+    c.credit.kwargs.lam = 1.0
+  if c.scale == "full":
+    full_policy(c)
+  return c

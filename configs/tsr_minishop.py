@@ -1,0 +1,39 @@
+"""TSR trajectory-search rollouts on MiniShop vs plain GRPO rollouts (arXiv 2602.11767
+[abstract]; ALGORITHMS.md §4.10; `rollout/search.py`, a design proposal: no code was found).
+
+Each turn every rollout samples n candidate actions, steps clones of its env state, and keeps
+the best (best_of_n) by the turn's env reward plus a heuristic of the new state; the optimizer
+is unchanged (GRPO here). The heuristic is set from the config: `env_progress` is MiniShop's
+`progress(state)`, the WebShop match score of the item page and options selected so far (what
+buying now would score), so search steers towards matching items before Buy Now.
+
+  python -m agent_rl.train --config=configs/tsr_minishop.py:tiny --workdir=/tmp/tsr
+  python -m agent_rl.train --config=configs/tsr_minishop.py:tiny,plain --workdir=/tmp/plain
+  python -m agent_rl.train --config=configs/tsr_minishop.py:tiny,beam --workdir=/tmp/beam
+  variants: plain (no search, the baseline), beam (beam search over the G members),
+  no_heuristic (env reward only), full.
+  --config.rollout.strategy_kwargs.heuristic=env_progress|"" and .num_candidates=N override.
+
+Cost: n x generation per turn. Expected direction: TSR rollouts have higher rollout success
+than plain ones at the same policy, and training on them improves held-out (plain, greedy)
+success over GRPO. tiny: measured over 3 seeds in the README ("Agentic worlds").
+"""
+from agent_rl.train.config import scaled_config
+from agent_rl.train.world_defaults import full_policy, minishop
+
+VARIANTS = dict(plain=False, beam=False, no_heuristic=False)
+
+
+def get_config(arg: str | None = None):
+  c, args = scaled_config(arg, VARIANTS)
+  minishop(c)
+  c.credit.name = "grpo"
+  c.loss.name = "vanilla"
+  if "plain" not in args:
+    c.rollout.strategy = "tsr"
+    c.rollout.strategy_kwargs.mode = "beam" if "beam" in args else "best_of_n"
+    c.rollout.strategy_kwargs.num_candidates = 4
+    c.rollout.strategy_kwargs.heuristic = "" if "no_heuristic" in args else "env_progress"
+  if c.scale == "full":
+    full_policy(c)
+  return c
