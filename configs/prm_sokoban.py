@@ -14,13 +14,13 @@ rewards from a process reward model trained on Sokoban's box-on-target milestone
     python -m agent_rl.train --config=configs/prm_sokoban.py:tiny --workdir=runs/cmp_outcome_$s \
         --config.seed=$s --config.model.init_from=runs/sokoban_tiny \
         --config.tokenizer.path=runs/sokoban_tiny/tokenizer.model
-    python -m agent_rl.train --config=configs/prm_sokoban.py:tiny,prm --workdir=runs/cmp_prm_$s \
+    python -m agent_rl.train --config=configs/prm_sokoban.py:tiny,prm=runs/prm_tiny --workdir=runs/cmp_prm_$s \
         --config.seed=$s --config.model.init_from=runs/sokoban_tiny \
-        --config.tokenizer.path=runs/sokoban_tiny/tokenizer.model --config.reward.model=runs/prm_tiny
+        --config.tokenizer.path=runs/sokoban_tiny/tokenizer.model
   done
 
 Variants: `tiny` (default; the RAGEN tiny setup, sft.steps=0 since the policy comes from
-`model.init_from`), `prm` (r_t = r_env,t + 1.0 x PRM score of turn t, `reward.model_use=
+`model.init_from`), `prm=DIR` (the PRM run DIR; r_t = r_env,t + 1.0 x PRM score of turn t, `reward.model_use=
 process`). Both arms log `rollout/env_reward` (the prm arm also `rollout/rm_turn_reward`,
 `rm/hacking`). The credit is GRPO on the summed return, so the PRM changes which episodes of a
 group look better, not a per-turn advantage; a per-turn kernel (`credit.name=gigpo`) is the
@@ -29,7 +29,7 @@ Expected: measured at micro scale only (README "Reward models"); not at this con
 """
 from agent_rl.train.config import scaled_config
 
-VARIANTS = dict(prm=False)
+VARIANTS = dict(prm="")  # prm=DIR: the PRM run whose per-turn scores shape the rewards
 
 
 def get_config(arg: str | None = None):
@@ -41,8 +41,8 @@ def get_config(arg: str | None = None):
   c.credit.name, c.loss.name = "grpo", "vanilla"
   c.loss.kwargs.clip_ratio_low, c.loss.kwargs.clip_ratio_high = 0.2, 0.28
   c.sft.steps = 0  # the policy is model.init_from (an SFT run)
-  if "prm" in args:
-    c.reward.model = "runs/prm_tiny"
+  if args["prm"]:
+    c.reward.model = args["prm"]
     c.reward.shapers = "reward_model,kl_in_reward,overlong"
     c.reward.model_use, c.reward.model_coef, c.reward.env_coef = "process", 1.0, 1.0
   return c

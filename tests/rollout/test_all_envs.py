@@ -24,7 +24,9 @@ def test_every_registered_env_is_covered():
 
 
 @pytest.mark.parametrize("history", ["concatenated", "windowed"])
-@pytest.mark.parametrize("name", sorted(ENV_KW))
+# textlab is texthouse with chained stages (~100 s for both layouts): -m slow.
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "textlab" else n
+                                  for n in sorted(ENV_KW)])
 def test_rollout_batch_is_valid(name, history):
   tok = ByteTokenizer()
   env = envs.make(name, tokenizer=tok, **ENV_KW[name])

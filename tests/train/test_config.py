@@ -84,7 +84,9 @@ def test_every_config_rejects_an_unknown_variant_listing_the_known(path):
     mod.get_config("tiny,ppp")
   for word in ("tiny", "full", *mod.VARIANTS):
     assert word in str(e.value)
-  for arg in (None, "tiny", *(f"tiny,{v}" for v in mod.VARIANTS)):  # each declared one parses
+  # each declared one parses (a typed variant at its default value)
+  for arg in (None, "tiny", *(f"tiny,{v}" if isinstance(d, bool) else f"tiny,{v}={d}"
+                              for v, d in mod.VARIANTS.items())):
     c = mod.get_config(arg)
     c.mesh.num_devices = 1
     validate(c)

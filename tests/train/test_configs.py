@@ -24,10 +24,13 @@ VARIANTS = {"ragen_sokoban": ["tiny", "tiny,ppo,kl_reward", "tiny,starpo_s,kl"],
             # A reward-model run has its own entry point (agent_rl.reward.train): tests/reward.
             "reward_model": []}
 # Budget: each world config costs ~1 min here (tokenizer corpus along solver plans, long
-# observations), so CI runs one per world mechanism (SkillC pairs on TextHouse, the hindsight
-# teacher on MiniShop); the rest run with -m slow. Their kernels/strategies have unit tests.
+# observations), so CI runs one (the hindsight teacher on MiniShop; TextHouse rollouts are in
+# tests/rollout/test_all_envs.py); the rest run with -m slow. Their kernels/strategies have unit tests.
 SLOW = {"gigpo_texthouse:tiny", "gigpo_minishop:tiny", "beacon_texthouse:tiny",
-        "tsr_minishop:tiny", "prm_sokoban:tiny"}
+        "tsr_minishop:tiny", "prm_sokoban:tiny", "skillc_texthouse:tiny",
+        # Also over the CI budget: kernels and losses with their own reference tests, whose
+        # configs are the same run as ragen_sokoban:tiny with another kernel.
+        "gigpo_sokoban:tiny", "spa_sokoban:tiny", "dr_grpo_countdown:tiny"}
 CASES = [pytest.param(p, a, id=f"{os.path.basename(p)[:-3]}:{a}",
                       marks=[pytest.mark.slow] if f"{os.path.basename(p)[:-3]}:{a}" in SLOW else [])
          for p in CONFIGS for a in VARIANTS.get(os.path.basename(p)[:-3], ["tiny"])]

@@ -113,6 +113,9 @@ def test_adapters_shard_like_their_base_on_8_devices():
   assert len(a.sharding.device_set) == 8 and a.sharding.spec == sh[f"{attn}['q_lora_a'].value"]
 
 
+# CI budget: the dropout learner test above checks LoRA resume bit for bit at the learner;
+# this full run (SFT + RL through run.py, ~150 s) runs with -m slow.
+@pytest.mark.slow
 def test_tiny_lora_run_trains_adapters_only_and_resumes_exactly(tmp_path):
   c = lora_config(iterations=4, ckpt_every=2, sft_steps=2)
   c.model.param_dtype = "bfloat16"
