@@ -26,6 +26,9 @@ import time
 import types
 
 import jax
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import best_seconds  # noqa: E402
 import jax.numpy as jnp
 import numpy as np
 
@@ -75,14 +78,7 @@ def _action_bank(tok, words, length=16):
 
 
 def _timed(fn, *args, repeats):
-  """Seconds per call: the fastest of `repeats` calls (robust to other load on a shared box)."""
-  jax.block_until_ready(fn(*args))       # compile + warm up
-  best = float("inf")
-  for _ in range(repeats):
-    t = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    best = min(best, time.perf_counter() - t)
-  return best
+  return best_seconds(fn, *args, repeats=repeats)
 
 
 def ours_steps_per_s(env, tasks, batch, steps, words, repeats, step=None):

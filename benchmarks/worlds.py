@@ -36,6 +36,9 @@ from agent_rl import envs
 from agent_rl.envs.base import Text
 from agent_rl.registry import Registry
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import best_seconds  # noqa: E402
+
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "worlds.json")
 TURN_FMT = "<answer>{}</answer>"
 # env name -> (env) -> {piece name: batched step `(states, actions) -> step outputs`}.
@@ -115,21 +118,11 @@ def make_run(env, bank: PlanBank, batch: int, steps: int,
   return run
 
 
-def _best_seconds(fn, *args, repeats: int) -> float:
-  jax.block_until_ready(fn(*args))  # compile + warm up
-  best = float("inf")
-  for _ in range(repeats):
-    t = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    best = min(best, time.perf_counter() - t)
-  return best
-
-
 def env_timing(env, tasks, bank: PlanBank, *, batch: int = 1024, steps: int = 100,
                repeats: int = 5, step: Optional[Callable] = None) -> dict:
   """{steps_per_s, ns_per_step, episodes, solved} of plan replay at `batch` (see make_run)."""
   run = make_run(env, bank, batch, steps, step)
-  sec = _best_seconds(run, tasks, repeats=repeats)
+  sec = best_seconds(run, tasks, repeats=repeats)
   _, ended, solved = run(tasks)
   return {"steps_per_s": batch * steps / sec, "ns_per_step": 1e9 * sec / (batch * steps),
           "episodes": int(ended), "solved": int(solved)}
