@@ -27,18 +27,16 @@ import numpy as np
 from agent_rl.eval.evaluate import episode_config, evaluate
 from agent_rl.objective import Minibatch, build_objective
 from agent_rl.objective.terms import TERMS, term_names
-from agent_rl.parallel.placement import make_placement
 from agent_rl.reward import data as rdata
-from agent_rl.reward.train import _forward_rows, _resolve_tokenizer, build_data, held_out_scores
+from agent_rl.reward.train import _forward_rows, build_data, held_out_scores, init_run, start_run
 from agent_rl.rollout.policy import Policy
-from agent_rl.train import pretrained
 from agent_rl.train.checkpoint import RunCheckpoint
 from agent_rl.train.config import validate
 from agent_rl.train.metrics import MetricWriter, check_finite, to_host
 from agent_rl.train.optim import make_optimizer
 from agent_rl.train.policy import make_apply, policy_token_stats
-from agent_rl.train.setup import build, model_factory
-from agent_rl.train.state import copy_tree, init_params, jit_step, new_train_state, state_spec
+from agent_rl.train.setup import model_factory
+from agent_rl.train.state import copy_tree, jit_step, new_train_state
 from agent_rl.train.step import make_train_step
 
 PHASE = "preference"
@@ -85,17 +83,10 @@ def train_preference_policy(c: mlc.ConfigDict, workdir: str) -> dict:
     raise ValueError(f"config.rm.kind: the offline preference run trains dpo|kto, got "
                      f"{c.rm.kind!r} (outcome / process RMs: python -m agent_rl.reward.train)")
   check_term(c)
-  os.makedirs(workdir, exist_ok=True)
-  c = _resolve_tokenizer(c)
-  pretrained.save_run_config(c, workdir)
-  place = make_placement(c.mesh)
+  c, place = start_run(c, workdir)
   rm = c.rm
   with place.context():
-    setup = build(c, workdir)
-    spec = state_spec(model_factory(c, setup.model_cfg), place)
-    params = init_params(spec)
-    if c.model.init_from:
-      params["lm"] = pretrained.init_from(c, setup.model_cfg, place)
+    setup, spec, params = init_run(c, workdir, place, lambda mcfg: model_factory(c, mcfg))
     ref = copy_tree(params["lm"])
     d = build_data(c, setup, place, spec, params["lm"], workdir)
     seg = d.segment_len

@@ -24,7 +24,6 @@ import os
 from typing import Any, Callable, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import ml_collections as mlc
 import numpy as np
 
@@ -206,6 +205,26 @@ def evaluate_rm(score_fn, place, d: RMData, kind: str, chunk: int) -> dict:
   return {f"eval/rm_{k}": v for k, v in m.items()}
 
 
+def start_run(c: mlc.ConfigDict, workdir: str):
+  """The start-up shared by the reward-model and offline preference runs: the workdir, the
+  resolved tokenizer, the saved run config and the placement. Returns `(c, place)`."""
+  os.makedirs(workdir, exist_ok=True)
+  c = _resolve_tokenizer(c)
+  pretrained.save_run_config(c, workdir)
+  return c, make_placement(c.mesh)
+
+
+def init_run(c: mlc.ConfigDict, workdir: str, place, factory):
+  """Inside `place.context()`: setup, the state spec of `factory(model_cfg)` and its params,
+  the decoder from `model.init_from` when set. Returns `(setup, spec, params)`."""
+  setup = build(c, workdir)
+  spec = state_spec(factory(setup.model_cfg), place)
+  params = init_params(spec)
+  if c.model.init_from:
+    params["lm"] = pretrained.init_from(c, setup.model_cfg, place)
+  return setup, spec, params
+
+
 def train_reward_model(c: mlc.ConfigDict, workdir: str) -> dict:
   """Trains the reward model `config` describes into `workdir`; returns the last held-out
   metrics. Resumes from the newest checkpoint there."""
@@ -213,17 +232,11 @@ def train_reward_model(c: mlc.ConfigDict, workdir: str) -> dict:
   if c.rm.kind not in ("outcome", "process"):
     raise ValueError(f"config.rm.kind: a reward-model run trains outcome|process, got "
                      f"{c.rm.kind!r} (dpo / kto: python -m agent_rl.reward.offline)")
-  os.makedirs(workdir, exist_ok=True)
-  c = _resolve_tokenizer(c)
-  pretrained.save_run_config(c, workdir)
-  place = make_placement(c.mesh)
+  c, place = start_run(c, workdir)
   rm = c.rm
   with place.context():
-    setup = build(c, workdir)
-    spec = state_spec(reward_model_factory(setup.model_cfg, c.seed), place)
-    params = init_params(spec)
-    if c.model.init_from:
-      params["lm"] = pretrained.init_from(c, setup.model_cfg, place)
+    setup, spec, params = init_run(c, workdir, place,
+                                   lambda mcfg: reward_model_factory(mcfg, c.seed))
     d = build_data(c, setup, place, spec, params["lm"], workdir)
     opt = make_optimizer(mlc.ConfigDict(dict(c.optim.to_dict(), lr=rm.lr)), int(rm.steps))
     loss = make_loss(spec.graphdef, rm.kind, c.rollout.max_turns, d.segment_len, rm.margin)
