@@ -7,14 +7,23 @@ token-mean aggregation, dynamic sampling of zero-spread groups (§1.12).
 
   python -m agent_rl.train --config=configs/dr_grpo_countdown.py:tiny --workdir=/tmp/drgrpo
   python -m agent_rl.train --config=configs/dr_grpo_countdown.py:tiny,dapo --workdir=/tmp/dapo
+  python -m agent_rl.train --config=configs/dr_grpo_countdown.py:tiny,grpo --workdir=/tmp/grpo
 
 Expected: tiny — single-turn Countdown with 3 numbers; reward rises from the format score
 (0.1) as the SFT-initialised policy finds correct expressions. full — the papers report
 Qwen2.5-Math-scale results on math benchmarks; not reproduced here.
 """
+from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
 
-VARIANTS = dict(dapo=False)
+VARIANTS = dict(dapo=False, grpo=False)
+COMPARISON = Comparison(  # both papers report math benchmarks, not Countdown: directions only
+    arms={"Dr.GRPO": "", "GRPO": "grpo", "DAPO": "dapo"}, method="Dr.GRPO",
+    baselines=("GRPO", "DAPO"), metrics=("eval/success", "eval/reward"),
+    claims={"DAPO": 0},  # neither paper compares Dr.GRPO with DAPO
+    paper_source="Dr.GRPO (arXiv:2503.20783): unbiased, as accurate as GRPO with fewer tokens; "
+                 "DAPO (arXiv:2503.14476): AIME 50 vs naive GRPO 30 (Qwen2.5-32B) [recalled]",
+    paper_verified=False, setting="Countdown, 3 numbers")
 
 
 def get_config(arg: str | None = None):
@@ -25,7 +34,11 @@ def get_config(arg: str | None = None):
   c.env.kwargs.max_target = 100
   c.rollout.max_turns = 1
   c.rollout.max_action_tokens = 16 if c.scale == "tiny" else 256
-  if "dapo" in args:
+  if "grpo" in args:  # the baseline both papers start from: std-normalized, token-mean
+    c.credit.name = "grpo"
+    c.loss.name = "vanilla"
+    c.loss.agg_mode = "token-mean"
+  elif "dapo" in args:
     c.credit.name = "grpo"
     c.loss.name = "vanilla"
     c.loss.agg_mode = "token-mean"

@@ -31,9 +31,15 @@ advantage is denser (non-zero step credit where groups revisit states). full —
 reports GiGPO > GRPO on Sokoban / ALFWorld / WebShop with Qwen2.5-1.5B/7B; not reproduced
 here (no accelerator).
 """
+from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
 
 VARIANTS = dict(grpo=False)
+COMPARISON = Comparison(  # the paper reports no Sokoban numbers we hold: direction only
+    arms={"GiGPO": "", "GRPO": "grpo"}, method="GiGPO", baselines=("GRPO",),
+    metrics=("eval/success", "eval/avg@4"),
+    paper_source="GiGPO (arXiv:2505.10978): GiGPO > GRPO on Sokoban/ALFWorld/WebShop [G]",
+    paper_verified=False, setting="Sokoban 6x6, 1 box")
 
 
 def get_config(arg: str | None = None):

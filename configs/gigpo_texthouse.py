@@ -25,10 +25,18 @@ direction shows at this scale is measured over 3 seeds in the README ("Agentic w
 SFT warm start does most of the work at this size; the RL methods differ by less than the
 seed spread unless stated there.
 """
+from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
 from agent_rl.train.world_defaults import full_policy, gigpo_or_baseline, texthouse
 
 VARIANTS = dict(grpo=False, rloo=False, ppo=False, long=False)
+COMPARISON = Comparison(  # the GiGPO paper's ALFWorld row (docstring: numbers [G], unverified)
+    arms={"GiGPO": "", "GRPO": "grpo", "RLOO": "rloo", "PPO": "ppo"}, method="GiGPO",
+    baselines=("GRPO", "RLOO", "PPO"), metrics=("eval/success", "eval/avg@4"),
+    paper={"GiGPO": {"eval/success": 0.86}, "GRPO": {"eval/success": 0.73},
+           "RLOO": {"eval/success": 0.70}, "PPO": {"eval/success": 0.54}},
+    paper_source="GiGPO (arXiv:2505.10978), ALFWorld All, Qwen2.5-1.5B-Instruct [G]",
+    paper_verified=False, setting="TextHouse (ALFWorld-like)")
 
 
 def get_config(arg: str | None = None):

@@ -27,9 +27,18 @@ group look better, not a per-turn advantage; a per-turn kernel (`credit.name=gig
 next comparison.
 Expected: measured at micro scale only (README "Reward models"); not at this config yet.
 """
+from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
 
 VARIANTS = dict(prm="")  # prm=DIR: the PRM run whose per-turn scores shape the rewards
+COMPARISON = Comparison(  # needs the policy and PRM runs of the docstring's steps 1-2
+    arms={"PRM": "prm=runs/prm_tiny", "outcome": ""}, method="PRM", baselines=("outcome",),
+    metrics=("eval/success", "eval/avg@4"),
+    overrides={"model.init_from": "runs/sokoban_tiny",
+               "tokenizer.path": "runs/sokoban_tiny/tokenizer.model"},
+    paper_source="process rewards in RL (Math-Shepherd arXiv:2312.08935, PRIME): PRM shaping > "
+                 "outcome-only; not measured on Sokoban by those papers",
+    paper_verified=False, setting="Sokoban 6x6, 1 box, from the SFT policy run")
 
 
 def get_config(arg: str | None = None):

@@ -8,9 +8,17 @@ Expected: tiny — greedy held-out success rises above the SFT warm start within
 iterations (slippery maps cap success well below 1). full — RAGEN reports ~0.2 success for
 0.5B StarPO on slippery FrozenLake; not reproduced here.
 """
+from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
 
 VARIANTS = dict(ppo=False, tsr=False)
+COMPARISON = Comparison(  # RAGEN on FrozenLake (docstring: ~0.2 for 0.5B StarPO, unverified)
+    arms={"StarPO": "", "PPO": "ppo"}, method="StarPO", baselines=("PPO",),
+    metrics=("eval/success", "eval/avg@4"), claims={"PPO": 0},
+    paper={"StarPO": {"eval/success": 0.2}},
+    paper_source="RAGEN (arXiv:2504.20073): ~0.2 success for 0.5B StarPO, slippery FrozenLake; "
+                 "no direction recalled for StarPO (GRPO) vs PPO",
+    paper_verified=False, setting="FrozenLake 4x4 slippery")
 
 
 def get_config(arg: str | None = None):

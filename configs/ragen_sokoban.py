@@ -38,9 +38,17 @@ Expected results:
   full  (one 80 GB GPU or a v5e-8): RAGEN reports ~0.2-0.3 success for 0.5B StarPO on
         Sokoban; not reproduced here (no accelerator in CI).
 """
+from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
 
 VARIANTS = dict(ppo=False, starpo_s=False, kl=False, kl_reward=False)
+COMPARISON = Comparison(  # RAGEN's StarPO variants; numbers as in the docstring [R]
+    arms={"StarPO-S": "starpo_s", "StarPO": "", "PPO": "ppo"}, method="StarPO-S",
+    baselines=("StarPO", "PPO"), metrics=("eval/success", "eval/avg@4"),
+    claims={"PPO": 0},  # StarPO-S is claimed over StarPO; vs the PPO (critic) arm we hold none
+    paper_source="RAGEN (arXiv:2504.20073): ~0.2-0.3 success for 0.5B StarPO on Sokoban; "
+                 "StarPO-S (variance filtering) more stable and better than StarPO [R]",
+    paper_verified=False, setting="Sokoban 6x6, 1 box")
 
 
 def get_config(arg: str | None = None):

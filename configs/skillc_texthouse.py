@@ -17,10 +17,16 @@ Evaluation is skill-free (the eval tasks have no skill flag), which is what the 
 Paper numbers: none recalled for this repo. Expected direction: SkillC's skill-free success
 > GRPO's. tiny: measured over 3 seeds in the README ("Agentic worlds").
 """
+from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
 from agent_rl.train.world_defaults import full_policy, texthouse
 
 VARIANTS = dict(grpo=False)
+COMPARISON = Comparison(  # the claim only: no numbers recalled (docstring)
+    arms={"SkillC": "", "GRPO": "grpo"}, method="SkillC", baselines=("GRPO",),
+    metrics=("eval/success", "eval/avg@4"),
+    paper_source="SkillC (arXiv 2605.27899, abstract): skill-free success > GRPO's; no numbers",
+    paper_verified=False, setting="TextHouse (ALFWorld-like), skill-free eval")
 
 
 def get_config(arg: str | None = None):

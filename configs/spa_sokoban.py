@@ -31,9 +31,17 @@ Expected results:
         RAGEN PPO for Qwen2.5-1.5B-Instruct (see the paper's main table); not reproduced
         here (no accelerator in CI).
 """
+from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
+from agent_rl.train.world_defaults import spa_ppo
 
 VARIANTS = dict(no_wm=False)
+COMPARISON = Comparison(  # SPA's claim: world-model SFT -> PPO beats SFT -> PPO
+    arms={"SPA": "", "no-WM": "no_wm"}, method="SPA", baselines=("no-WM",),
+    metrics=("eval/success", "eval/avg@4"),
+    paper_source="SPA (Chen et al. 2025, shiqichen17/SPA): large Sokoban gain over RAGEN PPO, "
+                 "Qwen2.5-1.5B-Instruct (numbers not recalled here)",
+    paper_verified=False, setting="Sokoban 6x6, 1 box")
 
 
 def get_config(arg: str | None = None):
@@ -42,15 +50,7 @@ def get_config(arg: str | None = None):
   c.env.kwargs.dim_room = (6, 6)
   c.env.kwargs.num_boxes = 1
   c.env.kwargs.max_steps = 10
-  c.sft.world_model = "no_wm" not in args
-  c.model.critic = "shared"
-  c.credit.name = "gae"
-  c.credit.kwargs.gamma = 1.0
-  c.credit.kwargs.lam = 1.0
-  c.loss.name = "vanilla"
-  c.loss.kwargs.clip_ratio_low = 0.2
-  c.loss.kwargs.clip_ratio_high = 0.28
-  c.loss.entropy_coef = 0.001
+  spa_ppo(c, args)
   if c.sft.world_model:
     c.rollout.max_action_tokens = 48 if c.scale == "tiny" else 128
   if c.scale == "full":

@@ -18,10 +18,16 @@ Paper numbers: none recalled for this repo. Expected direction: TRIAL > GRPO in 
 success / score. tiny: measured over 3 seeds in the README ("Agentic worlds"); at tiny scale the
 untrained teacher's gap is mostly noise until the policy can read the privileged text.
 """
+from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
 from agent_rl.train.world_defaults import full_policy, minishop
 
 VARIANTS = dict(grpo=False, bonus=False)
+COMPARISON = Comparison(  # the claim only: no numbers recalled (docstring)
+    arms={"TRIAL": "", "GRPO": "grpo"}, method="TRIAL", baselines=("GRPO",),
+    metrics=("eval/success", "eval/avg@4"),
+    paper_source="TRIAL / StepOPSD-style hindsight gap (design proposal): no numbers recalled",
+    paper_verified=False, setting="MiniShop (WebShop-like)")
 
 
 def get_config(arg: str | None = None):

@@ -18,10 +18,16 @@ Cost: n x generation per turn. Expected direction: TSR rollouts have higher roll
 than plain ones at the same policy, and training on them improves held-out (plain, greedy)
 success over GRPO. tiny: measured over 3 seeds in the README ("Agentic worlds").
 """
+from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
 from agent_rl.train.world_defaults import full_policy, minishop
 
 VARIANTS = dict(plain=False, beam=False, no_heuristic=False)
+COMPARISON = Comparison(  # TSR's claim: training on searched rollouts beats plain rollouts
+    arms={"TSR": "", "GRPO": "plain"}, method="TSR", baselines=("GRPO",),
+    metrics=("eval/success", "eval/avg@4"),
+    paper_source="TSR (arXiv:2602.11767, abstract only): no numbers recalled",
+    paper_verified=False, setting="MiniShop (WebShop-like)")
 
 
 def get_config(arg: str | None = None):

@@ -55,11 +55,17 @@ def scripted_policy(vocab_size: int) -> Policy:
     cache = dict(turn=cache["turn"], j=cache["j"] + live)
     return _onehot_logits(_next(forced, cache), vocab_size), None, cache
 
+  def turn_cache(cache, turn):
+    # Windowed history prefills a fresh cache each turn: without this every turn would
+    # replay turn 0's script (the next prefill adds 1 to the counter).
+    return dict(turn=jnp.full_like(cache["turn"], turn - 1), j=cache["j"])
+
   def forward(*args, **kwargs):
     raise TypeError("the scripted policy only replays plans; it has no training forward")
 
   return Policy(graphdef=None, model_cfg=_Vocab(vocab_size), init_cache=init_cache,
-                prefill=prefill, decode_step=decode_step, forward=forward)
+                prefill=prefill, decode_step=decode_step, forward=forward,
+                turn_cache=turn_cache)
 
 
 def encode_plans(tokenizer, plans: Sequence[Sequence[str]], num_turns: int, max_tokens: int,

@@ -30,13 +30,13 @@ import numpy as np
 
 from agent_rl.envs.base import Text
 from agent_rl.registry import Registry
+from agent_rl.envs.tasks import plan_format
 from agent_rl.rollout.compiled import episode_keys, reset_groups
 
 STATE_TEXT = Registry("world-model state text (env name)")
 
 SPA_FORMAT = ("<think><observation>{obs}</observation><prediction>{pred}</prediction></think>"
               "<answer>{action}</answer>")
-ANSWER_FORMAT = "<answer>{}</answer>"
 
 
 def _cells(mask) -> str:
@@ -61,6 +61,41 @@ def frozenlake_state(env, state) -> str:
   desc = np.asarray(state.desc)
   return (f"player ({pos // n},{pos % n}) holes {_cells(desc == 1)} "
           f"goal {_cells(desc == 2)}")
+
+
+def texthouse_state(env, state) -> str:
+  """TextHouse / TextLab (ALFWorld-like): 'at fridge 1; holding apple 1; open fridge 1;
+  apple 1 held cool; tomato 1 in countertop 2' -- where the agent stands, what it carries,
+  the open receptacles, and the place and changed properties (hot, cool, clean, on) of every
+  object whose kind a goal names (the lamp too for look_at goals). The other objects are
+  distractors the goal never asks about; listing them would double the think block.
+  Object and receptacle names are ALFWorld's (catalog.OBJ_NAMES / REC_NAMES)."""
+  del env
+  from agent_rl.envs.texthouse import catalog as C
+  task = jax.tree.map(np.asarray, state.task)
+  at, loc = int(np.asarray(state.at)), np.asarray(state.loc)
+  fam, gobj = task.goal_family, task.goal_obj
+  kinds = {int(k) for f, k in zip(fam, gobj) if f >= 0 and k >= 0}
+  if any(f == C.FAMILIES.index("look_at_obj_in_light") for f in fam):
+    kinds.add(C.LAMP)
+  name = lambda i: C.OBJ_NAMES[int(task.obj_kind[i]) * C.MAX_INSTANCES + int(task.obj_num[i]) - 1]
+  slots = [i for i in range(len(task.obj_kind)) if task.obj_kind[i] >= 0]
+  held = [name(i) for i in slots if loc[i] < 0]
+  opened = [C.REC_NAMES[r] for r in np.flatnonzero(np.asarray(state.opened))]
+  props = (("hot", state.hot), ("cool", state.cold), ("clean", state.clean), ("on", state.on))
+  items = []
+  for i in slots:
+    if int(task.obj_kind[i]) not in kinds:
+      continue
+    where = "held" if loc[i] < 0 else f"in {C.REC_NAMES[int(loc[i])]}"
+    items.append(" ".join([name(i), where] + [w for w, v in props if bool(np.asarray(v)[i])]))
+  return "; ".join([f"at {C.REC_NAMES[at] if at >= 0 else 'middle of room'}",
+                    f"holding {', '.join(held) or 'nothing'}",
+                    f"open {', '.join(opened) or 'none'}"] + items)
+
+
+STATE_TEXT.register("texthouse", texthouse_state)
+STATE_TEXT.register("textlab", texthouse_state)
 
 
 def state_fn(env_name: str) -> Callable[[Any, Any], str]:
@@ -104,7 +139,7 @@ def state_trajectories(env_name: str, env, tasks, plans: Sequence[Sequence[str]]
   t_max = max(turns, default=0)
   if t_max == 0:
     return texts
-  enc = [[env.tokenizer.encode(ANSWER_FORMAT.format(p[t])) if t < turns[i] else []
+  enc = [[env.tokenizer.encode(plan_format(env).format(p[t])) if t < turns[i] else []
           for i, p in enumerate(plans)] for t in range(t_max)]
   width = max(len(ids) for row in enc for ids in row)
   tokens = np.full((t_max, n, width), env.tokenizer.pad_id, np.int32)

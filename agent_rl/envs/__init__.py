@@ -4,3 +4,6 @@ from agent_rl.envs import frozenlake, sokoban  # noqa: F401  (register "frozenla
 from agent_rl.envs import bandit, countdown  # noqa: registers
 from agent_rl.envs import texthouse  # noqa: F401  (registers "texthouse", "textlab")
 from agent_rl.envs import minishop  # noqa: F401  (registers "minishop")
+from agent_rl.envs import kb_search_qa  # noqa: F401  (registers "kb_search_qa")
+from agent_rl.envs import calc_math  # noqa: F401  (registers "calc_math")
+from agent_rl.envs import ledger_stream  # noqa: F401  (registers "ledger_stream")

@@ -3,7 +3,7 @@
 An observation is a concatenation of *pieces* (strings) chosen per slot by the env, e.g. a
 grid row chunk "#_P" or a digit. `PieceTable` tokenizes every piece once on the host; in JAX,
 `render(ids)` gathers the pieces' tokens `[S, M]` and compacts them into one padded token row
-`[out_len]` (cumulative lengths + a position->slot lookup, no scatter). With the project
+`[out_len]` (cumulative lengths + a position->slot lookup). With the project
 tokenizer (no dummy prefix, identity normalization) decode(render(ids)) equals
 "".join(pieces[ids]) exactly; a tokenizer trained on env text makes each piece one token.
 `GridRenderer` skips the compaction when every piece a slot may hold has the same token count
@@ -27,14 +27,18 @@ def compact(values: jax.Array, lengths: jax.Array, out_len: int, fill) -> tuple[
   """Concatenates the ragged rows `values[s, :lengths[s]]` into `out [out_len]`.
 
   values: [S, M]; lengths: [S] int32 (0 drops a row). Returns `(out [out_len], n)` with
-  n = min(sum(lengths), out_len); positions >= n hold `fill`. Gather-only: each output
-  position finds its row by counting cumulative ends <= position.
+  n = min(sum(lengths), out_len); positions >= n hold `fill`. Each output position's row is
+  the number of rows ending at or before it: one scatter-add of the row ends into
+  `[out_len]` and a cumulative sum, O(S + out_len). (Counting `ends <= pos` as an
+  `[out_len, S]` comparison was O(S * out_len): 30-66x slower at batch 1,024 with S = 128-300
+  slots, and ~80% of a TextHouse step.)
   """
   s, m = values.shape
   lengths = jnp.clip(lengths.astype(jnp.int32), 0, m)
   ends = jnp.cumsum(lengths)
   pos = jnp.arange(out_len, dtype=jnp.int32)
-  row = jnp.minimum(jnp.sum(ends[None, :] <= pos[:, None], axis=1, dtype=jnp.int32), s - 1)
+  ended = jnp.zeros((out_len,), jnp.int32).at[ends].add(1, mode="drop")  # ends >= out_len: none
+  row = jnp.minimum(jnp.cumsum(ended), s - 1)
   col = jnp.clip(pos - (ends[row] - lengths[row]), 0, m - 1)
   n = jnp.minimum(ends[-1], out_len)
   out = jnp.where(pos < n, values[row, col], jnp.asarray(fill, values.dtype))

@@ -36,6 +36,16 @@ def eval_tasks(env: Any, num_tasks: int, seed: int) -> Any:
   return batched_sampler(env)(keys)
 
 
+ANSWER_FORMAT = "<answer>{}</answer>"
+
+
+def plan_format(env: Any) -> str:
+  """How a solver plan's action string becomes the turn an expert writes: `env.plan_format`
+  where the env declares it (tool envs' plans are whole turns, e.g. `<calc>..</calc>`: "{}"),
+  else `<answer>{action}</answer>`, the word-action envs' format."""
+  return getattr(env, "plan_format", ANSWER_FORMAT)
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _reset(env: Any, task: Any):
   return env.reset(jax.random.key(0), task)
@@ -47,14 +57,14 @@ def _step(env: Any, state: Any, action: Any):
 
 
 def plan_observations(env: Any, task: Any, plan: Sequence[str], action_len: int = 128) -> list[str]:
-  """The decoded observations along `plan` (reset, then one per `<answer>a</answer>` turn):
+  """The decoded observations along `plan` (reset, then one per `plan_format(env)` turn):
   host-side text for tokenizer corpora, so step feedback is in the corpus, not just resets."""
   from agent_rl.envs.base import Text
   state, obs = _reset(env, task)
   decode = lambda o: env.tokenizer.decode([int(t) for t in np.asarray(o.tokens)[:int(o.length)]])
   texts = [decode(obs)]
   for a in plan:
-    ids = list(env.tokenizer.encode(f"<answer>{a}</answer>"))[:action_len]
+    ids = list(env.tokenizer.encode(plan_format(env).format(a)))[:action_len]
     toks = np.full((action_len,), env.tokenizer.pad_id, np.int32)
     toks[:len(ids)] = ids
     state, obs, _, _, _ = _step(env, state, Text(tokens=jnp.asarray(toks),

@@ -186,13 +186,14 @@ def held_out_episodes(policy, params, env, pieces: PromptPieces, ecfg, tokenizer
   "before" and "after" show the same held-out tasks that `eval/success` scores.
   """
   from agent_rl.envs.tasks import eval_tasks
-  from agent_rl.rollout.compiled import rollout
+  from agent_rl.eval.evaluate import run_rollout
   import jax
 
   g_cfg = dataclasses.replace(ecfg, group_size=1, gate=None, search=None,
                               sampler=dataclasses.replace(ecfg.sampler, greedy=greedy))
+  env = env.for_eval() if callable(getattr(env, "for_eval", None)) else env  # host envs
   tasks = place(eval_tasks(env, num_tasks, seed))
-  batch, _ = rollout(policy, params, env, tasks, jax.random.key(seed), g_cfg, pieces)
+  batch, _ = run_rollout(policy, params, env, tasks, jax.random.key(seed), g_cfg, pieces)
   if jax.process_count() > 1:  # rows live on several hosts: gather them (collective)
     from jax.experimental import multihost_utils
     batch = multihost_utils.process_allgather(batch, tiled=True)

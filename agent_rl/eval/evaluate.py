@@ -20,25 +20,36 @@ def evaluate(policy, params, env, pieces, ecfg: EpisodeConfig, *, num_tasks: int
              k: int = 1, greedy: bool = True, place=lambda x: x) -> dict:
   """Metrics `eval/success` (greedy, or sampled when greedy=False), `eval/reward`, and with
   k > 1 `eval/pass@k` (any of k samples succeeds) and `eval/avg@k` (mean success over k).
-  `place` lays the tasks out on the mesh (row-sharded when the count divides it)."""
+  `place` lays the tasks out on the mesh (row-sharded when the count divides it). A host env
+  evaluates on its `for_eval()` panel (config.env.host.eval_split)."""
+  env = env.for_eval() if callable(getattr(env, "for_eval", None)) else env
   tasks = place(eval_tasks(env, num_tasks, seed))
   key = jax.random.key(seed)
   out = {}
   g_cfg = dataclasses.replace(
       ecfg, group_size=1, gate=None, search=None,
       sampler=dataclasses.replace(ecfg.sampler, greedy=greedy))
-  batch, _ = rollout(policy, params, env, tasks, key, g_cfg, pieces)
+  batch, _ = run_rollout(policy, params, env, tasks, key, g_cfg, pieces)
   succ = jnp.any(batch.success, axis=1)
   out["eval/success"] = jnp.mean(succ.astype(jnp.float32))
   out["eval/reward"] = jnp.mean(jnp.sum(batch.reward * batch.valid, axis=1))
   if k > 1:
     s_cfg = dataclasses.replace(g_cfg, group_size=k,
                                 sampler=dataclasses.replace(ecfg.sampler, greedy=False))
-    batch, _ = rollout(policy, params, env, tasks, jax.random.fold_in(key, 1), s_cfg, pieces)
+    batch, _ = run_rollout(policy, params, env, tasks, jax.random.fold_in(key, 1), s_cfg, pieces)
     s = jnp.any(batch.success, axis=1).reshape(num_tasks, k).astype(jnp.float32)
     out[f"eval/pass@{k}"] = jnp.mean(jnp.max(s, axis=1))
     out[f"eval/avg@{k}"] = jnp.mean(s)
   return out
+
+
+def run_rollout(policy, params, env, tasks, key, cfg: EpisodeConfig, pieces):
+  """The compiled rollout of a JAX env, or a host env's own loop (`env.rollout`: the pool
+  and overlap of agent_rl/envs/host/text_env.py)."""
+  own = getattr(env, "rollout", None)
+  if callable(own):
+    return own(policy, params, tasks, key, cfg, pieces)
+  return rollout(policy, params, env, tasks, key, cfg, pieces)
 
 
 def episode_config(c, tokenizer) -> EpisodeConfig:

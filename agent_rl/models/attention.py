@@ -224,6 +224,23 @@ class Attention(nnx.Module):
     y = ys[0] if len(ys) == 1 else jnp.concatenate(ys, axis=2)
     return self._out(y.transpose(0, 2, 1, 3, 4).reshape(t, kvh * g, d), key)
 
+  def full_rows(self, x, cos, sin, bias, batch: int, read):
+    """`full` with queries only at the read rows (scoring: a reward model's last layer).
+
+    x: [B*L,E], cos/sin: [B*L,D/2], bias: [B,1,1,L,L]; read [B,K] int32 positions in [0, L).
+    Keys and values come from every row; query k of row b sits at position read[b, k].
+    -> [B*K,E], equal to `full(...)` at those rows (up to GEMM blocking).
+    """
+    q, k, v = self._qkv(x, cos, sin)  # q [B*L,KVH,G,D]; k, v [B*L,KVH,D]
+    t, kvh, g, d = q.shape
+    l, kq = t // batch, read.shape[1]
+    q = jnp.take_along_axis(q.reshape(batch, l, kvh, g, d), read[:, :, None, None, None], axis=1)
+    q = q.transpose(0, 2, 1, 3, 4)  # [B,KVH,K,G,D]
+    k, v = (a.reshape(batch, l, kvh, d).transpose(0, 2, 1, 3) for a in (k, v))
+    bias = jnp.take_along_axis(bias[:, :, 0], read[:, None, :, None], axis=2)  # [B,1,K,L]
+    y = attention_core(q, k, v, bias[:, :, :, None, :])
+    return self._out(y.transpose(0, 2, 1, 3, 4).reshape(batch * kq, kvh * g, d))
+
   def cached(self, x, cos, sin, k_cache, v_cache, index, bias, rows=None):
     """Block of L tokens written at slot `index`.
 

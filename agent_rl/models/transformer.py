@@ -120,7 +120,8 @@ class Transformer(nnx.Module):
     return self.apply(tokens, positions, valid, dropout_key=dropout_key)[0]
 
   def apply(self, tokens, positions, valid, cache: Optional[KVCache] = None,
-            rows: Optional[jax.Array] = None, dropout_key: Optional[jax.Array] = None
+            rows: Optional[jax.Array] = None, dropout_key: Optional[jax.Array] = None,
+            read: Optional[jax.Array] = None
             ) -> Tuple[jax.Array, jax.Array, Optional[KVCache]]:
     """Full forward (cache None) or a block written into `cache` at `cache.index`.
 
@@ -133,7 +134,17 @@ class Transformer(nnx.Module):
     dropout_key: full path only, the train step's key for LoRA dropout (`models.lora`: layer
       i, target t draws its mask from `lora.branch_key(dropout_key, i, t)`); None (evaluation,
       scoring) drops nothing. Ignored without `cfg.lora.dropout > 0`: no RNG op is traced.
+    read: optional [B,K] int32 positions in [0, L), full path only (scoring): return logits
+      [B,K,V] and hidden [B,K,E] at those positions alone; the last layer then runs its
+      queries, MLP and final norm on the B*K read rows only (keys and values from all rows),
+      the `rows` trick of the cached path for a reward model reading a few tokens per row.
     """
+    if read is not None and (cache is not None or dropout_key is not None
+                             or read.ndim != 2 or read.shape[0] != tokens.shape[0]):
+      raise ValueError(f"apply(read=...) is for the full scoring path with read [B, K], B="
+                       f"{tokens.shape[0]}; got read {read.shape}, cache "
+                       f"{'given' if cache is not None else 'None'}, dropout_key "
+                       f"{'given' if dropout_key is not None else 'None'}")
     if dropout_key is not None and cache is not None:
       raise ValueError("apply(dropout_key=...) is for the full (training) path; the cached "
                        "and decode paths (rollouts) never drop")
@@ -155,8 +166,13 @@ class Transformer(nnx.Module):
       # Rows flattened to [B*L, E] through the blocks: 2-D GEMMs in forward and backward.
       x = x.reshape(b * l, -1)
       ropes = {t: tuple(a.reshape(b * l, -1) for a in cs) for t, cs in ropes.items()}
-      x = _REMAT[self.cfg.remat](self.layers, x, ropes, biases, b, dropout_key)
-      x = x.reshape(b, l, -1)
+      if read is None:
+        x = _REMAT[self.cfg.remat](self.layers, x, ropes, biases, b, dropout_key)
+        x = x.reshape(b, l, -1)
+      else:
+        x = _REMAT[self.cfg.remat](list(self.layers)[:-1], x, ropes, biases, b, None)
+        x = _read_block(self.layers[-1], constrain(x, ("batch", "embed")), ropes, biases, b,
+                        read.astype(jnp.int32))
       new_cache = None
     else:
       _check_cache(self.cfg, cache, tokens.shape[0])
@@ -235,6 +251,14 @@ def _full_block(blk: Block, x, cos, sin, bias, b: int, key=None):
   layer's LoRA dropout key (fold_in(dropout_key, layer index)) or None."""
   x = blk.add_attn(x, blk.attn.full(blk.attn_norm(x), cos, sin, bias, b, key))
   return blk.add_mlp(x, key)
+
+
+def _read_block(blk: Block, x, ropes, biases, b: int, read):
+  """The last block at the read rows only. x: [B*L,E] flat rows; read [B,K] -> [B,K,E]."""
+  t = blk.layer_type
+  y = blk.attn.full_rows(blk.attn_norm(x), *ropes[t], biases[t], b, read)
+  xr = jnp.take_along_axis(x.reshape(b, -1, x.shape[-1]), read[..., None], axis=1)
+  return blk.add_mlp(blk.add_attn(xr.reshape(y.shape), y)).reshape(*read.shape, -1)
 
 
 def _layer_key(key, i):

@@ -42,13 +42,24 @@ class RewardModel(nnx.Module):
 
   def scores_at(self, tokens, positions, valid, read) -> jax.Array:
     """tokens/positions [R, S] i32, valid [R, S] bool, read [N, K] i32 flat indices into the
-    [N, L] = reshape of the rows (-1 = none) -> scores [N, K] f32 (0 where read is -1)."""
-    _, hidden, _ = self.lm.apply(tokens, positions, valid)  # logits unused: dead under jit
+    [N, L] = reshape of the rows (-1 = none) -> scores [N, K] f32 (0 where read is -1).
+
+    Only the read positions are needed, so the decoder's last layer runs at those rows alone
+    (`Transformer.apply(read=...)`): read k of episode n lies in forward row
+    n * (R // N) + idx // S at column idx % S; each forward row gets a [K] read table (slot k
+    holds episode read k when it lies in that row), so one static shape serves both layouts
+    (concatenated: R = N; windowed: R = N * T).
+    """
     n, k = read.shape
-    hidden = hidden.reshape(n, -1, hidden.shape[-1])
-    h = jnp.take_along_axis(hidden, jnp.maximum(read, 0)[..., None], axis=1)  # [N, K, E]
-    r = self.head(h.reshape(n * k, 1, -1), (read >= 0).reshape(n * k, 1))
-    return r.reshape(n, k)
+    r, s = tokens.shape
+    idx = jnp.maximum(read, 0)
+    row = jnp.arange(n, dtype=jnp.int32)[:, None] * (r // n) + idx // s  # [N, K]
+    slot = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (n, k))
+    table = jnp.zeros((r, k), jnp.int32).at[row, slot].set(idx % s)
+    _, hidden, _ = self.lm.apply(tokens, positions, valid, read=table)  # [R, K, E]
+    h = hidden[row, slot]  # [N, K, E]
+    out = self.head(h.reshape(n * k, 1, -1), (read >= 0).reshape(n * k, 1))
+    return out.reshape(n, k)
 
 
 class RewardScores(NamedTuple):

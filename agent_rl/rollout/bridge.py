@@ -106,7 +106,7 @@ class HostRollout:
     self._jits: dict = {}
     self.timings: dict = {}
 
-  def _fns(self, n: int, obs_len: int, info: Optional[dict]):
+  def steps(self, n: int, obs_len: int, info: Optional[dict]):
     """The loop and its jitted steps for these sizes and info keys (built once each)."""
     key = (n, obs_len, None if info is None else
            tuple(sorted((k, v.shape, str(v.dtype)) for k, v in info.items())))
@@ -117,9 +117,25 @@ class HostRollout:
           jax.jit(loop.observe), jax.jit(loop.finish))
     return self._jits[key]
 
+  _fns = steps  # the older private name (tests/rollout/test_extras.py)
+
+  def eval_shape(self, params, tasks, key):
+    """The shapes of `self(params, tasks, key)` (nothing runs; the env is not reset): for an
+    env whose `obs_len` and `info_spec(action_len, n)` are known before a reset."""
+    n = _num_tasks(tasks) * self.cfg.group_size
+    spec = self.env.info_spec(action_length(self.env, self.cfg), n)
+    loop = self.steps(n, self.env.obs_len, spec)[0]
+    _, ep_keys, group_id = jax.eval_shape(
+        lambda k: episode_keys(k, _num_tasks(tasks), self.cfg.group_size), key)
+    sds = jax.ShapeDtypeStruct
+    obs = Text(sds((n, self.env.obs_len), jnp.int32), sds((n,), jnp.int32))
+    return jax.eval_shape(
+        lambda p, o, k, g, h: loop.finish(loop.start(p, jnp.zeros((n,), jnp.int32), o, k, h), g, k),
+        params, obs, ep_keys, group_id, sds((n,), jnp.uint32))
+
   def __call__(self, params, tasks, key):
     g = self.cfg.group_size
-    n_tasks = jax.tree.leaves(tasks)[0].shape[0] if jax.tree.leaves(tasks) else len(tasks)
+    n_tasks = _num_tasks(tasks)
     reset_keys, ep_keys, group_id = episode_keys(key, n_tasks, g)
     obs_tok, obs_len, hash0 = self.env.reset(tasks, np.asarray(reset_keys), g)
     n = obs_tok.shape[0]
@@ -127,7 +143,7 @@ class HostRollout:
       raise ValueError(f"host env reset returned {n} episodes, expected n_tasks*G = {n_tasks * g}")
     spec_fn = getattr(self.env, "info_spec", None)
     spec = spec_fn(action_length(self.env, self.cfg)) if spec_fn is not None else None
-    loop, start, act, record, observe, finish = self._fns(n, obs_tok.shape[1], spec)
+    loop, start, act, record, observe, finish = self.steps(n, obs_tok.shape[1], spec)
     dummy = jnp.zeros((n,), jnp.int32)  # the env state lives on the host
     obs = Text(jnp.asarray(obs_tok, jnp.int32), jnp.asarray(obs_len, jnp.int32))
     h0 = None if hash0 is None else jnp.asarray(hash0, jnp.uint32)
@@ -150,7 +166,7 @@ class HostRollout:
              {k: jnp.asarray(v) for k, v in info.items()})
       if spec is None:  # learn the extras from the first step's info
         spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in out[4].items()}
-        loop, _, act, record, observe, finish = self._fns(n, obs_tok.shape[1], spec)
+        loop, _, act, record, observe, finish = self.steps(n, obs_tok.shape[1], spec)
         carry = carry.replace(extras={k: jnp.zeros((n, self.cfg.max_turns), d)
                                       for k, (_, _, d) in loop.extras.items()})
       carry = record(carry, tt, active, out)
@@ -165,6 +181,10 @@ class HostRollout:
     tm["other"] += time.perf_counter() - t0
     self.timings = tm
     return result
+
+
+def _num_tasks(tasks) -> int:
+  return jax.tree.leaves(tasks)[0].shape[0] if jax.tree.leaves(tasks) else len(tasks)
 
 
 def host_rollout(policy: Policy, params, env: HostEnv, tasks, key, cfg: EpisodeConfig,

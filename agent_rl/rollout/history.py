@@ -122,7 +122,7 @@ class WindowedHistory:
                                               loop.s, self.ctx, loop.pad)
     pos = jnp.broadcast_to(jnp.arange(self.ctx, dtype=jnp.int32), (loop.n, self.ctx))
     last, cache = loop.prefill_last(params, ctx, pos, cvalid, clen,
-                                    loop.policy.cache(loop.n, self.segment_len))
+                                    loop.policy.cache(loop.n, self.segment_len, turn=t))
     gen, _ = generate(loop.decode_fn(params), last, cache, clen, active, keys, loop.cfg.sampler,
                       loop.pad)
     return c.replace(

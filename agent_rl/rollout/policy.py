@@ -17,7 +17,7 @@ MLP) runs on one position per row instead of all of them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +29,10 @@ class Policy:
   decode_step: Callable[..., Any]
   forward: Callable[..., Any]
   prefill_rows: bool = False
+  # Optional `(cache, turn) -> cache` for a policy whose state is more than its KV cache (the
+  # scripted replay's turn counter): windowed history starts every turn from a fresh cache,
+  # and this tells it which turn it is. None for models (a fresh KV cache is all they need).
+  turn_cache: Optional[Callable[[Any, Any], Any]] = None
 
   @classmethod
   def from_model(cls, model_cfg: Any, graphdef: Any) -> "Policy":
@@ -38,5 +42,9 @@ class Policy:
                prefill=models.prefill, decode_step=models.decode_step, forward=models.forward,
                prefill_rows=True)
 
-  def cache(self, batch: int, max_len: int) -> Any:
-    return self.init_cache(self.model_cfg, batch, max_len)
+  def cache(self, batch: int, max_len: int, turn: Any = None) -> Any:
+    """A fresh cache; `turn` (int32 scalar): the turn it starts, for `turn_cache`."""
+    cache = self.init_cache(self.model_cfg, batch, max_len)
+    if turn is not None and self.turn_cache is not None:
+      cache = self.turn_cache(cache, turn)
+    return cache

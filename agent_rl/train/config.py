@@ -43,7 +43,20 @@ def base_config() -> mlc.ConfigDict:
       path="",  # an existing sentencepiece .model; "" trains one on env text into workdir
       vocab_size=384,
   ))
-  c.env = mlc.ConfigDict(dict(name="sokoban", kwargs=mlc.ConfigDict()))
+  # name: a JAX env of envs.ENVS, or "host:<adapter>" (envs/host/build.py): kwargs are then
+  # the adapter's, and `host` sets its worker pool and text interface.
+  c.env = mlc.ConfigDict(dict(name="sokoban", kwargs=mlc.ConfigDict(), host=mlc.ConfigDict(dict(
+      workers=0,  # worker processes stepping the games; 0 = in-process, one after another
+      step_timeout_s=60.0,  # a worker silent this long while it owes a reply is restarted
+      obs_tokens=256,  # observation budget (tokens; longer text is truncated, counted)
+      admissible=True,  # list the game's admissible commands after each observation
+      action_format="answer",  # answer (<answer>cmd</answer>) | raw (the first line)
+      invalid_penalty=-0.1,  # reward of a turn without a parsable command (game not stepped)
+      max_answer_bytes=256,
+      split="train", eval_split="",  # task panels; "" = evaluate on the training panel
+      extras="",  # comma list of GameStep.extras keys carried into the batch
+      overlap=True,  # two half-batches in flight (rollout/overlap.py)
+  ))))
   c.rollout = mlc.ConfigDict(dict(
       num_tasks=16, group_size=8, max_turns=5, max_action_tokens=16,
       temperature=1.0, top_p=1.0, top_k=0,
@@ -159,8 +172,13 @@ def validate(c: mlc.ConfigDict) -> None:
     need(c.model[f] in ("", *DTYPES), f"model.{f}",
          f"must be one of {'|'.join(DTYPES)} (or '' for the preset's), got {c.model[f]!r}")
   _validate_lora(c, need)
-  need(c.env.name in envs.ENVS, "env.name",
-       f"unknown environment {c.env.name!r}; known: {', '.join(envs.ENVS.names())}")
+  from agent_rl.envs.host import build as host_envs
+  if host_envs.is_host(c.env.name):
+    host_envs.validate(c, need)
+  else:
+    need(c.env.name in envs.ENVS, "env.name",
+         f"unknown environment {c.env.name!r}; known: {', '.join(envs.ENVS.names())} (or "
+         f"{host_envs.PREFIX}<adapter>: {', '.join(host_envs.load_adapters())})")
   need(c.credit.name in credit.CREDIT, "credit.name",
        f"unknown credit kernel {c.credit.name!r}; known: {', '.join(credit.names())}")
   need(c.loss.name in losses.LOSSES, "loss.name",
@@ -234,8 +252,9 @@ def _validate_kwargs(c: mlc.ConfigDict, need) -> None:
   function's signature); the KL estimator and the critic the credit kernel needs exist."""
   from agent_rl import credit, envs, losses
   from agent_rl.rollout.strategies import STRATEGIES
+  from agent_rl.envs.host.build import is_host
   for field, registry, name, kwargs in (
-      ("env.kwargs", envs.ENVS, c.env.name, c.env.kwargs),
+      *([] if is_host(c.env.name) else [("env.kwargs", envs.ENVS, c.env.name, c.env.kwargs)]),
       ("credit.kwargs", credit.CREDIT, c.credit.name, c.credit.kwargs),
       ("loss.kwargs", losses.LOSSES, c.loss.name, c.loss.kwargs),
       ("rollout.strategy_kwargs", STRATEGIES, c.rollout.strategy, c.rollout.strategy_kwargs)):

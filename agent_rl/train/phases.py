@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from agent_rl.credit import baseline
 from agent_rl.envs.tasks import batched_sampler
+from agent_rl.envs.tools import tool_metrics
 from agent_rl.eval.episodes import held_out_episodes
 from agent_rl.eval.evaluate import evaluate
 from agent_rl.objective import shapers
@@ -219,6 +220,7 @@ def rl_batch(run: Run, prog: Progress, it: int):
   k_tasks, k_roll, k_upd = jax.random.split(jax.random.fold_in(jax.random.key(c.seed), 1000 + it), 3)
   tasks = place.batch(batched_sampler(run.setup.env)(jax.random.split(k_tasks, c.rollout.num_tasks)))
   batch, rmetrics = run.strategy.run(run.roll_fn, params["lm"], tasks, k_roll, **run.strategy_kwargs)
+  rmetrics = {**rmetrics, **tool_metrics(batch)}  # tool calls, answer rate, EM/F1 (tool envs)
   if run.baseline_fn is not None:  # ReMax: the greedy return of the same tasks (same reset keys)
     batch, bm = baseline.attach_baseline_return(batch, run.baseline_fn, params["lm"], tasks, k_roll)
     rmetrics = {**rmetrics, **bm}

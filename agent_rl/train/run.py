@@ -55,17 +55,20 @@ def run(c: mlc.ConfigDict, workdir: str, *, kill_after: int | None = None) -> di
   place = make_placement(c.mesh)
   with place.context():
     r = build_run(c, workdir, place, kill_after)
-    prog = phases.resume(r)
-    if prog is None:
-      prog = phases.initial_progress(r, initial_params(r))
-    r.writer.truncate_after(prog.meta.global_step)
-    if prog.meta.global_step == 0:  # what the agent does before training, as text
-      phases.log_episodes(r, prog.state.params, 0, "before")
-    if prog.meta.phase == "sft":
-      prog = phases.sft_phase(r, prog)
-    last = phases.rl_phase(r, prog)
-    r.ckpt.close()
-    r.writer.close()
+    try:
+      prog = phases.resume(r)
+      if prog is None:
+        prog = phases.initial_progress(r, initial_params(r))
+      r.writer.truncate_after(prog.meta.global_step)
+      if prog.meta.global_step == 0:  # what the agent does before training, as text
+        phases.log_episodes(r, prog.state.params, 0, "before")
+      if prog.meta.phase == "sft":
+        prog = phases.sft_phase(r, prog)
+      last = phases.rl_phase(r, prog)
+      r.ckpt.close()
+      r.writer.close()
+    finally:
+      getattr(r.setup.env, "close", lambda: None)()  # a host env's worker processes
   if jax.process_index() == 0 and os.path.exists(os.path.join(workdir, "metrics.jsonl")):
     write_report(workdir)
   return last
@@ -95,11 +98,19 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   policy = Policy.from_model(setup.model_cfg, spec.lm_graphdef)
   strategy = STRATEGIES.get(c.rollout.strategy)
   strat_kw = dict(c.rollout.strategy_kwargs)
-  roll_fn = make_rollout(policy, setup.env, strategy.configure(ecfg, **strat_kw), setup.pieces)
+  # A host env (envs/host/) drives its own loop: the worker pool, two halves in flight.
+  host_runner = getattr(setup.env, "runner", None)
+  roll_cfg = strategy.configure(ecfg, **strat_kw)
+  roll_fn = (host_runner(policy, roll_cfg, setup.pieces) if host_runner is not None else
+             make_rollout(policy, setup.env, roll_cfg, setup.pieces))
   # What the credit kernel reads must exist before anything compiles (kernel, input, env).
   needs = credit_lib.check_inputs(c.credit.name, dict(c.credit.kwargs), env=setup.env,
                                   env_name=c.env.name, critic=c.model.critic != "none",
-                                  strategy=c.rollout.strategy)
+                                  strategy=c.rollout.strategy,
+                                  info_keys=None if host_runner is None else setup.env.info_keys())
+  if needs.baseline_rollout and host_runner is not None:
+    raise ValueError(f"config.credit.name={c.credit.name!r} needs a greedy baseline rollout, "
+                     "which runs compiled; host envs do not support it yet")
   hindsight.check_env(c, setup.env)
   baseline_fn = (credit_lib.baseline.make_baseline_rollout(policy, setup.env, ecfg, setup.pieces)
                  if needs.baseline_rollout else None)
@@ -167,7 +178,8 @@ def startup_report(c, spec, optimizer, setup, roll_fn) -> str:
   opt, opt_sh = spec.opt_layout(optimizer)
   keys = jax.ShapeDtypeStruct((c.rollout.num_tasks,), jax.random.key(0).dtype)
   tasks = jax.eval_shape(batched_sampler(setup.env), keys)
-  batch, _ = jax.eval_shape(roll_fn, spec.lm_params, tasks, jax.random.key(0))
+  shapes = getattr(roll_fn, "eval_shape", None) or functools.partial(jax.eval_shape, roll_fn)
+  batch, _ = shapes(spec.lm_params, tasks, jax.random.key(0))
   n, length = batch.tokens.shape
   rows = c.train.minibatch_episodes
   if batch.segment_len:

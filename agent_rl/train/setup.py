@@ -15,7 +15,7 @@ import jax
 import ml_collections as mlc
 
 from agent_rl import envs, models
-from agent_rl.envs.tasks import sample_tasks
+from agent_rl.envs.tasks import plan_format, sample_tasks
 from agent_rl.data.world_model import spa_plans
 from agent_rl.rollout.layout import PromptPieces, chat_pieces
 from agent_rl.tokenizers import ByteTokenizer, Tokenizer, load_tokenizer, train_tokenizer
@@ -47,7 +47,7 @@ def env_corpus(env_name: str, env_kwargs: dict, num_tasks: int = 64, seed: int =
     except Exception:  # noqa: BLE001 — an unsolvable sample only loses corpus text
       plan = []
     plans.append(plan[:8])
-    texts += [f"<answer>{a}</answer>" for a in plan[:8]]
+    texts += [plan_format(env).format(a) for a in plan[:8]]
   if world_model:
     texts += [t for turns in spa_plans(env_name, env, tasks, plans, 8) for t in turns]
   return texts
@@ -72,7 +72,9 @@ def build_tokenizer(c: mlc.ConfigDict, workdir: str):
     return load_tokenizer(path)
   path = os.path.join(workdir, "tokenizer.model")
   if not os.path.exists(path):
-    texts = env_corpus(c.env.name, dict(c.env.kwargs), world_model=bool(c.sft.world_model))
+    from agent_rl.envs.host import build as host_envs
+    texts = (host_envs.corpus(c) if host_envs.is_host(c.env.name) else
+             env_corpus(c.env.name, dict(c.env.kwargs), world_model=bool(c.sft.world_model)))
     train_tokenizer(texts, path, c.tokenizer.vocab_size, hard_vocab_limit=False)
   return Tokenizer.load(path)
 
@@ -86,8 +88,10 @@ class Setup:
 
 
 def build(c: mlc.ConfigDict, workdir: str) -> Setup:
+  from agent_rl.envs.host import build as host_envs
   tok = build_tokenizer(c, workdir)
-  env = envs.make(c.env.name, tokenizer=tok, **dict(c.env.kwargs))
+  env = (host_envs.make_env(c, tok) if host_envs.is_host(c.env.name) else  # a worker pool
+         envs.make(c.env.name, tokenizer=tok, **dict(c.env.kwargs)))
   pieces = chat_pieces(tok, env.instruction, SYSTEM_PROMPT)
   mcfg = model_config(c, tok.vocab_size)
   return Setup(tokenizer=tok, env=env, pieces=pieces, model_cfg=mcfg)

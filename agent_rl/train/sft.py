@@ -20,7 +20,7 @@ import numpy as np
 
 from agent_rl import losses
 from agent_rl.data.demos import DemoBuilder, load_demos, prepare
-from agent_rl.envs.tasks import sample_tasks
+from agent_rl.envs.tasks import plan_format, sample_tasks
 from agent_rl.data.scripted import encode_plans, scripted_policy
 from agent_rl.data.world_model import spa_plans
 from agent_rl.rollout.compiled import rollout
@@ -44,7 +44,8 @@ def demo_rows(c, setup, ecfg, workdir: str) -> Minibatch:
     texts = spa_plans(c.env.name, setup.env, tasks, plans, ecfg.max_turns, key=key)
     forced = encode_plans(setup.tokenizer, texts, ecfg.max_turns, ecfg.sampler.max_tokens, fmt="{}")
   else:
-    forced = encode_plans(setup.tokenizer, plans, ecfg.max_turns, ecfg.sampler.max_tokens)
+    forced = encode_plans(setup.tokenizer, plans, ecfg.max_turns, ecfg.sampler.max_tokens,
+                          fmt=plan_format(setup.env))
   g_cfg = dataclasses.replace(ecfg, group_size=1, gate=None, search=None,
                               sampler=dataclasses.replace(ecfg.sampler, greedy=True))
   batch, metrics = rollout(scripted_policy(setup.model_cfg.vocab_size), jnp.asarray(forced),

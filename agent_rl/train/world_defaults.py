@@ -80,3 +80,70 @@ def gigpo_or_baseline(c, args):
     c.credit.kwargs.step_weight = 1.0
     c.credit.kwargs.norm = "mean_norm"
   return c
+
+
+def kb_search_qa(c, *, parametric_frac: float = -1.0):
+  """KB-SearchQA (issue 19 §2) with Search-R1's rollout (Jin et al. 2025, arXiv:2503.09516):
+  the whole history in context (concatenated: a retrieved `<information>` block must stay
+  visible to later turns), tool results as observation tokens that never enter the loss
+  mask (`rollout.layout.TokenBuffer.prompt`: loss_mask 0, turn_index -1; windowed history:
+  `rollout.history` masks all but the action span), top-3 passages [Search-R1's setting,
+  recalled]. `full`: 1-4 hop questions, up to 4 searches and the answer (5 turns); `tiny`:
+  1-2 hops in 3 turns over a 60-entity world, results cut to 24 tokens, so a 2-core CPU runs
+  it in minutes. parametric_frac >= 0 sets the share of questions whose facts are in the
+  instruction (CARL's competence split; the env's default otherwise)."""
+  c.env.name = "kb_search_qa"
+  k = c.env.kwargs
+  if parametric_frac >= 0:
+    k.parametric_frac = parametric_frac
+  k.top_k = 3
+  c.rollout.history = "concatenated"
+  if c.scale == "tiny":
+    k.num_entities, k.max_hops, k.max_searches, k.result_tokens = 60, 2, 2, 24
+    c.rollout.max_turns = 3  # the expert plan: a search per hop, then the answer
+    # Expert turns are <= 18 tokens at this vocabulary but 32 at the 400 of the config tests'
+    # shrink; the decode loop stops when every row has stopped, so the slack is cheap.
+    c.rollout.max_action_tokens = 36
+    c.tokenizer.vocab_size = 1024
+  else:
+    k.max_hops, k.max_searches, k.result_tokens = 4, 4, 128
+    c.rollout.max_turns = 5
+    c.rollout.max_action_tokens = 500  # Search-R1's max response length [recalled, unverified]
+  k.max_turns = c.rollout.max_turns  # the env's own limit agrees with the rollout's
+  return c
+
+
+def search_r1(c, *, ppo: bool = False):
+  """Search-R1's optimizer setup [recalled from the paper and its train_{ppo,grpo}.sh, not
+  re-checked]: outcome reward (EM) on the answer turn, KL loss 0.001 low_var_kl, clip 0.2;
+  GRPO with a group of 5, or PPO with a critic and GAE (gamma 1, lam 1). The KL term is on
+  at `full` only: at `tiny` its reference forward costs CPU time for a 0.001 coefficient."""
+  c.loss.name = "vanilla"
+  c.loss.kwargs.clip_ratio_low = c.loss.kwargs.clip_ratio_high = 0.2
+  if c.scale == "full":
+    c.loss.kl_coef, c.loss.kl_type = 0.001, "low_var_kl"
+  if ppo:
+    c.model.critic = "shared"
+    c.credit.name = "gae"
+    c.credit.kwargs.gamma, c.credit.kwargs.lam = 1.0, 1.0
+  else:
+    c.credit.name = "grpo"
+  if c.scale == "full":  # Search-R1: 512 prompts x 5 a step [recalled]; scaled to one host
+    c.rollout.num_tasks, c.rollout.group_size = 32, 5
+  return c
+
+
+def spa_ppo(c, args):
+  """SPA's recipe after the SFT phase (shiqichen17/SPA config/base.yaml; ALGORITHMS.md §4.11):
+  world-model SFT turns unless `no_wm`, then PPO with a shared-trunk critic, GAE gamma = lam =
+  1, clip 0.2 / 0.28, entropy 0.001 (configs/spa_sokoban.py, configs/spa_texthouse.py)."""
+  c.sft.world_model = "no_wm" not in args
+  c.model.critic = "shared"
+  c.credit.name = "gae"
+  c.credit.kwargs.gamma = 1.0
+  c.credit.kwargs.lam = 1.0
+  c.loss.name = "vanilla"
+  c.loss.kwargs.clip_ratio_low = 0.2
+  c.loss.kwargs.clip_ratio_high = 0.28
+  c.loss.entropy_coef = 0.001
+  return c

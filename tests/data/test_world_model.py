@@ -184,3 +184,42 @@ def test_tokenizer_corpus_adds_spa_turns_only_when_on():
   assert on[:len(off)] == off  # the default corpus (hence tokenizer) is unchanged
   extra = on[len(off):]
   assert extra and all(t.startswith("<think><observation>player (") for t in extra)
+
+
+def _ref_house_text(ref) -> str:
+  """The SPA state text of a plain-Python TextHouse (tests/envs/texthouse/reference.py)."""
+  from agent_rl.envs.texthouse import catalog as C
+  kinds = {k for f, k in zip(ref.fam, ref.gobj) if f >= 0 and k >= 0}
+  if C.FAMILIES.index("look_at_obj_in_light") in ref.fam:
+    kinds.add(C.LAMP)
+  parts = [f"at {C.REC_NAMES[ref.at] if ref.at is not None else 'middle of room'}",
+           f"holding {ref.oname(ref.held) if ref.held is not None else 'nothing'}",
+           f"open {', '.join(C.REC_NAMES[r] for r in sorted(ref.opened)) or 'none'}"]
+  for s in ref.slots:
+    if ref.kind[s] in kinds:
+      words = [ref.oname(s), "held" if ref.held == s else f"in {C.REC_NAMES[ref.loc[s]]}"]
+      words += [w for w, v in (("hot", ref.hot), ("cool", ref.cold), ("clean", ref.clean),
+                               ("on", ref.on)) if s in v]
+      parts.append(" ".join(words))
+  return "; ".join(parts)
+
+
+@pytest.mark.parametrize("name", ["texthouse", "textlab"])
+def test_texthouse_state_text_matches_the_python_port(name):
+  """SPA state texts s_0..s_T of solver-plan episodes equal the plain-Python port's states
+  after the same turns (all six families across the tasks)."""
+  from tests.envs.texthouse.reference import RefHouse
+  env = envs.make(name, tokenizer=TOK)
+  tasks = sample_tasks(env, range(30, 36))
+  host = [jax.tree.map(lambda x: np.asarray(x)[i], tasks) for i in range(6)]
+  plans = [env.solve(t) for t in host]
+  num_turns = 12
+  got = wm.state_trajectories(name, env, tasks, plans, num_turns)
+  for t, plan, texts in zip(host, plans, got):
+    ref = RefHouse(t, env.stages, max_steps=env.max_steps)
+    want = [_ref_house_text(ref)]
+    for a in plan[:num_turns]:
+      ref.step(f"<answer>{a}</answer>".encode())
+      want.append(_ref_house_text(ref))
+    assert texts == want
+  assert any("held" in s for texts in got for s in texts)

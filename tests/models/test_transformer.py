@@ -196,3 +196,25 @@ def test_prefill_rows_matches_forward_and_writes_the_same_cache(small_model):
   np.testing.assert_allclose(lg2, want, atol=1e-5, rtol=0)
   with pytest.raises(ValueError, match="rows"):
     prefill(graphdef, state, tokens[:, :l1], pos[:, :l1], v1, cache, jnp.zeros((2,), jnp.int32))
+
+
+@pytest.mark.parametrize("remat", ["none", "block"])
+def test_full_path_read_rows_match_forward(small_config, remat):
+  """apply(read=...) == the full forward's logits/hidden at the read positions (duplicates,
+  padded rows too), with the last layer run at those rows alone; bad uses are errors."""
+  cfg = small_config(remat=remat)
+  graphdef, state = init_model(cfg)
+  b, l = 3, 9
+  tokens = jax.random.randint(jax.random.key(7), (b, l), 0, cfg.vocab_size)
+  valid = jnp.arange(l)[None] < jnp.array([9, 5, 7])[:, None]
+  pos = _positions(valid)
+  full, hidden = forward(graphdef, state, tokens, pos, valid)
+  read = jnp.array([[8, 0, 3, 3], [4, 1, 0, 8], [6, 6, 2, 5]], jnp.int32)
+  model = nnx.merge(graphdef, state)
+  lg, h, cache = model.apply(tokens, pos, valid, read=read)
+  assert cache is None and lg.shape == (b, 4, cfg.vocab_size) and h.shape == (b, 4, cfg.hidden)
+  idx = np.arange(b)[:, None], np.asarray(read)
+  np.testing.assert_allclose(h, np.asarray(hidden)[idx], atol=1e-5, rtol=0)
+  np.testing.assert_allclose(lg, np.asarray(full)[idx], atol=1e-5, rtol=0)
+  with pytest.raises(ValueError, match="read"):
+    model.apply(tokens, pos, valid, read=read[:2])

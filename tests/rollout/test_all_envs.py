@@ -16,7 +16,9 @@ from agent_rl.models.logprobs import shifted_logprobs
 
 ENV_KW = {"sokoban": dict(max_steps=3), "frozenlake": dict(max_steps=3), "bandit": {},
           "countdown": dict(max_numbers=3), "minishop": dict(max_steps=3, num_products=60),
-          "texthouse": dict(max_steps=3), "textlab": dict(max_steps=3, repeat_goal=True, list_actions=True)}
+          "texthouse": dict(max_steps=3), "calc_math": dict(max_digits=2, max_turns=3),
+          "ledger_stream": dict(num_chunks=2, num_questions=1, chunk_events=2),
+          "kb_search_qa": dict(num_entities=60, num_questions=8, max_turns=3), "textlab": dict(max_steps=3, repeat_goal=True, list_actions=True)}
 
 
 def test_every_registered_env_is_covered():

@@ -20,7 +20,14 @@ VARIANTS = {"ragen_sokoban": ["tiny", "tiny,ppo,kl_reward", "tiny,starpo_s,kl"],
             # The agentic worlds (issue 18) and the PRM comparison (issue 23).
             "gigpo_texthouse": ["tiny"], "gigpo_minishop": ["tiny"], "beacon_texthouse": ["tiny"],
             "skillc_texthouse": ["tiny"], "tsr_minishop": ["tiny"], "trial_minishop": ["tiny"],
-            "prm_sokoban": ["tiny"],
+            "prm_sokoban": ["tiny"], "spa_texthouse": ["tiny"],
+            # The tool worlds (issue 19).
+            "cleaner_calcmath": ["tiny", "tiny,fatal", "tiny,grpo"],
+            "search_r1_kbqa": ["tiny", "tiny,ppo"], "pica_kbqa": ["tiny"], "carl_kbqa": ["tiny"],
+            "uma_ledger": ["tiny", "tiny,grpo"],
+            # Host games (issue 20): the real package in worker processes.
+            "textworld_cooking": ["tiny"], "gigpo_alfworld": ["tiny", "tiny,grpo"],
+            "scienceworld": ["tiny"],
             # A reward-model run has its own entry point (agent_rl.reward.train): tests/reward.
             "reward_model": []}
 # Budget: each world config costs ~1 min here (tokenizer corpus along solver plans, long
@@ -30,7 +37,13 @@ SLOW = {"gigpo_texthouse:tiny", "gigpo_minishop:tiny", "beacon_texthouse:tiny",
         "tsr_minishop:tiny", "prm_sokoban:tiny", "skillc_texthouse:tiny",
         # Also over the CI budget: kernels and losses with their own reference tests, whose
         # configs are the same run as ragen_sokoban:tiny with another kernel.
-        "gigpo_sokoban:tiny", "spa_sokoban:tiny", "dr_grpo_countdown:tiny"}
+        "gigpo_sokoban:tiny", "spa_sokoban:tiny", "dr_grpo_countdown:tiny", "spa_texthouse:tiny",
+        # Tool worlds: several minutes each here; the env, tool layer and strategies have
+        # their own tests (tests/envs/<world>, tests/rollout/test_purify.py).
+        "cleaner_calcmath:tiny", "cleaner_calcmath:tiny,fatal", "cleaner_calcmath:tiny,grpo",
+        "search_r1_kbqa:tiny", "search_r1_kbqa:tiny,ppo", "pica_kbqa:tiny", "carl_kbqa:tiny",
+        "uma_ledger:tiny", "uma_ledger:tiny,grpo", "textworld_cooking:tiny",
+        "gigpo_alfworld:tiny", "gigpo_alfworld:tiny,grpo", "scienceworld:tiny"}
 CASES = [pytest.param(p, a, id=f"{os.path.basename(p)[:-3]}:{a}",
                       marks=[pytest.mark.slow] if f"{os.path.basename(p)[:-3]}:{a}" in SLOW else [])
          for p in CONFIGS for a in VARIANTS.get(os.path.basename(p)[:-3], ["tiny"])]
@@ -50,7 +63,7 @@ def shrink(c):
   c.tokenizer.vocab_size = 400
   c.rollout.num_tasks, c.rollout.group_size = 4, 2  # starpo_s keeps 1 of 4 groups
   c.rollout.max_turns = min(c.rollout.max_turns, 2)
-  c.sft.steps, c.sft.num_demos, c.sft.batch_size = 2, 4, 4
+  c.sft.steps, c.sft.num_demos, c.sft.batch_size = min(c.sft.steps, 2), 4, 4  # host: 0
   c.train.iterations, c.train.minibatch_episodes, c.train.eval_every = 2, 2, 2
   c.eval.num_tasks, c.eval.k = 2, 2
   c.mesh.num_devices = 1

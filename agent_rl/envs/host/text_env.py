@@ -1,0 +1,282 @@
+"""`TextHostEnv`: a batch of `TextGame`s (in a `GamePool`) as the token-level `HostEnv` of
+`agent_rl.rollout.bridge`.
+
+Rows are games: row i of a reset / step is game i of the pool. Per turn:
+- the action tokens are decoded (without the stop token) and the command is parsed by the
+  configured `ACTION_FORMATS` rule: "answer" = our JAX envs' word-action rule
+  (envs/actions.py: the text between the first `<answer>` and the first `</answer>` after it,
+  at most `max_answer_bytes` bytes, the first `||` segment, ASCII whitespace stripped) or
+  "raw" (the first non-empty line). No command = an invalid action: the game is not stepped,
+  the reward is `invalid_penalty`, the observation says what was expected, the state (and its
+  hash) is unchanged. Model text is only compared and passed to the game, never evaluated.
+- reward = the game's score delta; done = the game's done; success = `won`.
+- observation = the game's text, plus (`admissible=True`) its admissible commands as
+  verl-agent's ALFWorld prompt lists them (Feng et al. 2025, GiGPO), tokenized with the run's
+  tokenizer and truncated to `obs_len` tokens (the head is kept; truncations are counted in
+  `info["obs_truncated"]` and `stats`).
+- state_hash (uint32): BLAKE2b of `GameObs.state_key` where the package exposes the state
+  (TextWorld's facts), else of the observation text as presented (so equal hashes mean equal
+  prompts, GiGPO's anchor states). Not Python's `hash` (salted per process).
+- a game whose worker died or hung, or whose adapter raised: done, reward 0, success False,
+  `fatal` and `worker_failed` True (pool.py restarts the worker).
+
+Tasks are int32 indices into the split's task panel (`sample_task(key)`: uniform, pure JAX),
+and a reset seed is a pure function of the rollout's reset key, so panels and resets replay
+exactly from the run seed (exact resume). Group members reset their own game with the same
+(task_id, seed): the same initial state, as the compiled rollout's copied reset.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agent_rl.envs.host.game import GameObs, GameStep
+from agent_rl.envs.host.pool import Failed, GamePool
+from agent_rl.registry import Registry
+
+ACTION_FORMATS = Registry("host action format")
+ASCII_SPACE = " \t\n\r\x0b\x0c"
+
+
+@ACTION_FORMATS.register("answer")
+def answer_command(text: str, max_answer_bytes: int = 256) -> Optional[str]:
+  """The command of `<answer>cmd</answer>` (envs/actions.py's rule, one action), or None."""
+  i = text.find("<answer>")
+  if i < 0:
+    return None
+  j = text.find("</answer>", i + len("<answer>"))
+  if j < 0:
+    return None
+  content = text[i + len("<answer>"):j]
+  if len(content.encode("utf-8")) > max_answer_bytes:
+    return None
+  cmd = content.split("||")[0].strip(ASCII_SPACE)
+  return cmd or None
+
+
+@ACTION_FORMATS.register("raw")
+def raw_command(text: str, max_answer_bytes: int = 256) -> Optional[str]:
+  """The first non-empty line of the action text (stripped), or None."""
+  for line in text.splitlines():
+    cmd = line.strip(ASCII_SPACE)
+    if cmd:
+      return cmd if len(cmd.encode("utf-8")) <= max_answer_bytes else None
+  return None
+
+
+INVALID_TEXT = {"answer": "Invalid action. Reply with one command as <answer>command</answer>.",
+                "raw": "Invalid action. Reply with one command."}
+FAILED_TEXT = "The game stopped responding; this episode has ended."
+
+
+def present(obs: GameObs, admissible: bool) -> str:
+  """The observation as the agent reads it: the game's text, then (admissible) the list."""
+  text = obs.text.strip()
+  if admissible and obs.admissible:
+    text += ("\nYour admissible actions of the current situation are: ["
+             + ", ".join(f"'{a}'" for a in obs.admissible) + "].")
+  return text
+
+
+def state_hash(obs: GameObs, presented: str) -> int:
+  data = obs.state_key if obs.state_key is not None else presented.encode("utf-8")
+  return int.from_bytes(hashlib.blake2b(data, digest_size=4).digest(), "little")
+
+
+def reset_seed(key_data: np.ndarray) -> int:
+  """A game seed in [0, 2**31 - 1) from a reset key's uint32 data `[2]` (the range every
+  package's seeding accepts, numpy's RandomState included)."""
+  return (int(key_data[0]) << 32 | int(key_data[1])) % (2 ** 31 - 1)
+
+
+class TextHostEnv:
+  """A `HostEnv` over `pool`'s games. See the module docstring for the turn's rules.
+
+  tokenizer: the run's (encode, decode, pad_id). split: the training task panel;
+  eval_split: the panel of `for_eval()` ("" = the same panel, held-out reset seeds).
+  extras: keys of `GameStep.extras` to carry into the batch (f32, 0 on rows without a step).
+  """
+
+  def __init__(self, pool: GamePool, tokenizer, *, split: str = "train", eval_split: str = "",
+               obs_len: int = 256, admissible: bool = False, action_format: str = "answer",
+               invalid_penalty: float = -0.1, max_answer_bytes: int = 256,
+               extras: Sequence[str] = (), overlap: bool = True, _task_ids=None):
+    if obs_len < 1:
+      raise ValueError(f"TextHostEnv: obs_len must be >= 1, got {obs_len}")
+    self.parse = ACTION_FORMATS.get(action_format)
+    self.pool, self.tokenizer = pool, tokenizer
+    self.split, self.eval_split = split, eval_split
+    self.obs_len, self.action_len = int(obs_len), None  # None: reads the whole action
+    self.admissible, self.action_format = bool(admissible), action_format
+    self.invalid_penalty, self.max_answer_bytes = float(invalid_penalty), int(max_answer_bytes)
+    self.extras, self.overlap = tuple(extras), bool(overlap)
+    self.reward_names = None
+    self.instruction = pool.instruction
+    self.task_ids = tuple(_task_ids if _task_ids is not None else pool.task_ids(split))
+    if not self.task_ids:
+      raise ValueError(f"TextHostEnv: split {split!r} has no tasks")
+    self.stats = dict(obs_truncated=0, invalid_actions=0, failed_steps=0)
+    self._last: list = []   # per row: the GameObs the agent last saw
+    self._hash: list = []   # per row: its state hash
+    self._dead: set = set()  # rows whose reset failed: their first step ends them
+    self._runners: dict = {}
+    self._eval: Optional[TextHostEnv] = None
+
+  # -- tasks --------------------------------------------------------------------------------
+  def sample_task(self, key: jax.Array) -> jax.Array:
+    """A task: an int32 index into `task_ids`, uniform."""
+    return jax.random.randint(key, (), 0, len(self.task_ids), dtype=jnp.int32)
+
+  def for_eval(self) -> "TextHostEnv":
+    """The same games and pool over the `eval_split` panel (self when eval_split is "")."""
+    if not self.eval_split or self.eval_split == self.split:
+      return self
+    if self._eval is None:
+      self._eval = TextHostEnv(
+          self.pool, self.tokenizer, split=self.eval_split, obs_len=self.obs_len,
+          admissible=self.admissible, action_format=self.action_format,
+          invalid_penalty=self.invalid_penalty, max_answer_bytes=self.max_answer_bytes,
+          extras=self.extras, overlap=self.overlap)
+    return self._eval
+
+  # -- the HostEnv contract -----------------------------------------------------------------
+  def info_keys(self) -> tuple[str, ...]:
+    return tuple(self.info_spec(0, 1))
+
+  def info_spec(self, action_len: int, n: Optional[int] = None) -> dict:
+    """The batched info of one step `[n]` (default: the rows of the last reset), known before
+    any step, so the rollout compiles once."""
+    n = n if n is not None else (len(self._last) or 1)
+    s = lambda d: jax.ShapeDtypeStruct((n,), d)  # noqa: E731
+    spec = dict(success=s(jnp.bool_), valid_action=s(jnp.bool_), state_hash=s(jnp.uint32),
+                fatal=s(jnp.bool_), worker_failed=s(jnp.bool_), obs_truncated=s(jnp.bool_),
+                admissible_action=s(jnp.bool_))
+    spec.update({k: s(jnp.float32) for k in self.extras})
+    return spec
+
+  def reset(self, tasks, reset_keys, group_size: int):
+    """tasks [n_tasks] int32; reset_keys [n_tasks, 2] uint32 -> obs_tokens [N, obs_len],
+    obs_length [N], state_hash [N] uint32 (N = n_tasks * group_size)."""
+    idx = np.asarray(tasks).reshape(-1)
+    keys = np.asarray(reset_keys).reshape(len(idx), -1)
+    n = len(idx) * group_size
+    if n > self.pool.num_games:
+      raise ValueError(f"TextHostEnv: {n} episodes but the pool holds {self.pool.num_games} "
+                       "games (size it for the largest rollout: training and evaluation)")
+    bad = [int(i) for i in idx if not 0 <= i < len(self.task_ids)]
+    if bad:
+      raise ValueError(f"TextHostEnv: task indices {bad} outside the {len(self.task_ids)} "
+                       f"tasks of split {self.split!r}")
+    items = [(r, (self.task_ids[int(idx[r // group_size])], reset_seed(keys[r // group_size])))
+             for r in range(n)]
+    obs = self.pool.call("reset", items)
+    failed = GameObs(text=FAILED_TEXT)
+    self._dead = {r for r, o in enumerate(obs) if not isinstance(o, GameObs)}  # fail at step 0
+    self._last = [failed if r in self._dead else o for r, o in enumerate(obs)]
+    tok, length, trunc = self._tokenize([self._present(o) for o in self._last])
+    self.stats["obs_truncated"] += int(trunc.sum())
+    self._hash = [state_hash(o, self._present(o)) for o in self._last]
+    return tok, length, np.asarray(self._hash, np.uint32)
+
+  def step(self, action_tokens, action_length, active):
+    n = len(self._last)
+    return self.step_wait(self.step_async(np.arange(n), action_tokens, action_length, active))
+
+  # -- asynchronous halves (rollout/overlap.py) ---------------------------------------------
+  def step_async(self, rows, action_tokens, action_length, active):
+    """Submits the step of `rows` (their tokens `[len(rows), A]`, lengths, active flags);
+    returns a handle for `step_wait`. Parsing happens here, stepping in the pool."""
+    rows = [int(r) for r in rows]
+    a_tok, a_len, on = np.asarray(action_tokens), np.asarray(action_length), np.asarray(active)
+    commands: list = []
+    for k, r in enumerate(rows):
+      text = self.tokenizer.decode([int(t) for t in a_tok[k, :int(a_len[k])]]) if on[k] else ""
+      commands.append(self.parse(text, self.max_answer_bytes) if on[k] else None)
+    items = [(r, c) for r, c, a in zip(rows, commands, on)
+             if a and c is not None and r not in self._dead]
+    return rows, commands, on, self.pool.submit("step", items)
+
+  def step_wait(self, handle):
+    """The outputs of the rows of `handle`: obs_tokens, obs_length, reward, done, info."""
+    rows, commands, on, ticket = handle
+    results = iter(self.pool.wait(ticket))
+    m = len(rows)
+    reward, done = np.zeros((m,), np.float32), np.zeros((m,), bool)
+    info = {k: np.zeros((m,), v.dtype) for k, v in self.info_spec(0, m).items()}
+    texts = []
+    for k, (r, cmd) in enumerate(zip(rows, commands)):
+      prev = self._last[r]
+      if not on[k]:  # a finished episode: its outputs are ignored
+        texts.append(self._present(prev))
+        info["state_hash"][k] = self._hash[r]
+        continue
+      if cmd is None and r not in self._dead:
+        self.stats["invalid_actions"] += 1
+        obs = GameObs(text=INVALID_TEXT[self.action_format], admissible=prev.admissible,
+                      state_key=prev.state_key)
+        reward[k] = self.invalid_penalty
+        texts.append(self._present(obs))
+        info["state_hash"][k] = self._hash[r]  # the game did not move
+        info["admissible_action"][k] = False
+        continue
+      res = Failed("reset failed") if r in self._dead else next(results)
+      info["valid_action"][k] = cmd is not None
+      info["admissible_action"][k] = cmd is not None and (prev.admissible is None or cmd.lower() in {
+          a.lower() for a in prev.admissible})
+      if isinstance(res, Failed) or not isinstance(res, GameStep):
+        self.stats["failed_steps"] += 1
+        done[k] = info["fatal"][k] = info["worker_failed"][k] = True
+        self._last[r] = GameObs(text=FAILED_TEXT)
+        texts.append(FAILED_TEXT)
+        self._hash[r] = 0
+        self._dead.discard(r)
+        continue
+      self._last[r] = res.obs
+      text = self._present(res.obs)
+      texts.append(text)
+      self._hash[r] = info["state_hash"][k] = state_hash(res.obs, text)
+      reward[k], done[k], info["success"][k] = res.score_delta, res.done, res.won
+      for e in self.extras:
+        info[e][k] = float(res.extras.get(e, 0.0))
+    tok, length, trunc = self._tokenize(texts)
+    info["obs_truncated"] = trunc & on
+    self.stats["obs_truncated"] += int(info["obs_truncated"].sum())
+    return tok, length, reward, done, info
+
+  # -- text ---------------------------------------------------------------------------------
+  def _present(self, obs: GameObs) -> str:
+    return present(obs, self.admissible)
+
+  def _tokenize(self, texts: Sequence[str]):
+    """tokens [n, obs_len] int32 (pad_id after the length), length [n], truncated [n]."""
+    tok = np.full((len(texts), self.obs_len), self.tokenizer.pad_id, np.int32)
+    length = np.zeros((len(texts),), np.int32)
+    trunc = np.zeros((len(texts),), bool)
+    for i, t in enumerate(texts):
+      ids = list(self.tokenizer.encode(t))
+      trunc[i] = len(ids) > self.obs_len
+      ids = ids[:self.obs_len]
+      tok[i, :len(ids)] = ids
+      length[i] = len(ids)
+    return tok, length, trunc
+
+  # -- the rollout of this env (train/run.py, eval/evaluate.py) ------------------------------
+  def runner(self, policy, cfg, pieces):
+    """The host rollout `(params, tasks, key) -> (EpisodeBatch, metrics)` of this env, built
+    once per (policy, cfg, pieces): two pipelined halves (rollout/overlap.py) when `overlap`,
+    else the plain host loop (rollout/bridge.py)."""
+    key = (policy, cfg, pieces)
+    if key not in self._runners:
+      from agent_rl.rollout.overlap import make_host_rollout
+      self._runners[key] = make_host_rollout(policy, self, cfg, pieces, overlap=self.overlap)
+    return self._runners[key]
+
+  def rollout(self, policy, params, tasks, key, cfg, pieces):
+    return self.runner(policy, cfg, pieces)(params, tasks, key)
+
+  def close(self) -> None:
+    self.pool.close()

@@ -1,0 +1,104 @@
+"""KeyRoom: a tiny deterministic text game in plain Python, registered as host adapter "toy".
+
+It stands in for a real package (TextWorld, ...) wherever the host path must be exercised in
+seconds: the pool, `TextHostEnv`, overlap, exact resume of a host run, the host benchmark.
+It speaks the `TextGame` contract of game.py exactly as the adapters do (a running score
+reported as deltas, `won`/`lost` flags, admissible commands, a state key).
+
+A house of `num_rooms` rooms; a key lies in one room, a locked door is in another. Commands:
+`go to <room>`, `take key`, `unlock door`, `look`. +1 for taking the key, +1 for unlocking the
+door (won). The episode is lost after `max_steps` steps. A reset is a pure function of
+(task_id, seed): the layout comes from `random.Random(f"{task_id}:{seed}")` (Python's
+str seeding hashes with SHA-512, so it is the same in every process).
+"""
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+from agent_rl.envs.host.game import ADAPTERS, GameObs, GameStep
+
+ROOMS = ("hall", "kitchen", "study", "cellar", "attic", "garden")
+SPLITS = {"train": (0, 64), "eval": (1000, 1016)}
+
+
+@ADAPTERS.register("toy")
+class KeyRoomGame:
+  """num_rooms: rooms of the house (2-6); max_steps: steps before the game is lost."""
+
+  def __init__(self, num_rooms: int = 3, max_steps: int = 8):
+    if not 2 <= num_rooms <= len(ROOMS):
+      raise ValueError(f"KeyRoomGame: num_rooms must be in [2, {len(ROOMS)}], got {num_rooms}")
+    if max_steps < 1:
+      raise ValueError(f"KeyRoomGame: max_steps must be >= 1, got {max_steps}")
+    self.num_rooms, self.max_steps = int(num_rooms), int(max_steps)
+    self._state = None
+
+  def task_ids(self, split: str) -> Sequence[str]:
+    if split not in SPLITS:
+      raise ValueError(f"KeyRoomGame: unknown split {split!r}; known: {', '.join(SPLITS)}")
+    lo, hi = SPLITS[split]
+    return [f"keyroom-{i}" for i in range(lo, hi)]
+
+  def instruction(self) -> str:
+    return ("You are in a house. Find the key and unlock the door. Reply with one command "
+            "as <answer>command</answer>, e.g. <answer>go to kitchen</answer>.")
+
+  def reset(self, task_id: str, seed: int) -> GameObs:
+    rng = random.Random(f"{task_id}:{seed}")
+    rooms = list(ROOMS[:self.num_rooms])
+    rng.shuffle(rooms)
+    key_room, door_room = rng.sample(rooms, 2)
+    self._state = dict(rooms=tuple(rooms), here=rooms[0], key=key_room, door=door_room,
+                       has_key=False, unlocked=False, steps=0)
+    return self._obs(f"Goal: unlock the door. {self._describe()}")
+
+  def _describe(self) -> str:
+    s = self._state
+    things = []
+    if s["key"] == s["here"] and not s["has_key"]:
+      things.append("a key")
+    if s["door"] == s["here"]:
+      things.append("an unlocked door" if s["unlocked"] else "a locked door")
+    seen = f" You see {' and '.join(things)}." if things else " The room is empty."
+    return f"You are in the {s['here']}.{seen}"
+
+  def _admissible(self) -> tuple[str, ...]:
+    s = self._state
+    cmds = [f"go to {r}" for r in s["rooms"] if r != s["here"]] + ["look"]
+    if s["key"] == s["here"] and not s["has_key"]:
+      cmds.append("take key")
+    if s["door"] == s["here"] and s["has_key"] and not s["unlocked"]:
+      cmds.append("unlock door")
+    return tuple(cmds)
+
+  def _obs(self, text: str) -> GameObs:
+    s = self._state
+    key = f"{s['here']}|{int(s['has_key'])}|{int(s['unlocked'])}".encode()
+    return GameObs(text=text, admissible=self._admissible(), state_key=key)
+
+  def step(self, command: str) -> GameStep:
+    if self._state is None:
+      raise RuntimeError("KeyRoomGame.step before reset")
+    s = self._state
+    s["steps"] += 1
+    cmd = " ".join(command.lower().split())
+    delta = 0.0
+    if cmd.startswith("go to ") and cmd[6:] in s["rooms"] and cmd[6:] != s["here"]:
+      s["here"] = cmd[6:]
+      text = self._describe()
+    elif cmd == "look":
+      text = self._describe()
+    elif cmd == "take key" and s["key"] == s["here"] and not s["has_key"]:
+      s["has_key"], delta, text = True, 1.0, "You take the key."
+    elif cmd == "unlock door" and s["door"] == s["here"] and s["has_key"] and not s["unlocked"]:
+      s["unlocked"], delta, text = True, 1.0, "You unlock the door. You won!"
+    else:
+      text = "Nothing happens."
+    won = s["unlocked"]
+    lost = not won and s["steps"] >= self.max_steps
+    return GameStep(obs=self._obs(text), score_delta=delta, done=won or lost, won=won, lost=lost,
+                    extras={"steps": float(s["steps"])})
+
+  def close(self) -> None:
+    self._state = None

@@ -1,0 +1,156 @@
+"""`Comparison`: what a paper config declares about the table row it reproduces.
+
+A paper config (configs/<paper>.py) names its row at module level, next to `get_config`, so the
+configs stay the one source of papers (no second registry):
+
+    COMPARISON = Comparison(
+        arms={"GiGPO": "", "GRPO": "grpo"},          # arm -> variant string of this config
+        method="GiGPO", baselines=("GRPO",),
+        metrics=("eval/success",),                    # what the paper reports; first = primary
+        paper={"GiGPO": {"eval/success": 0.86}, "GRPO": {"eval/success": 0.73}},
+        paper_source="Feng et al. 2025, arXiv:2505.10978, ALFWorld All", paper_verified=False,
+        setting="TextHouse (ALFWorld-like)")
+
+`load_comparisons` imports every configs/*.py and returns its row, or why it has none.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import importlib.util
+import os
+from types import MappingProxyType
+from typing import Mapping, Optional
+
+CONFIGS_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs")
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+  """One paper row: a method against baselines, each an arm of the same config.
+
+  arms: arm name -> variant string of the config ("" = the config's default), joined after the
+    scale: `get_config(f"{scale},{variant}")`.
+  method, baselines: arm names; every difference reported is method - baseline.
+  metrics: metric keys of metrics.jsonl (`eval/success`, `eval/avg@4`, ...) the paper reports;
+    the first is the primary one (bars, table). Higher is better for every metric.
+  paper: arm -> metric -> the paper's number, in our metric's units (a fraction, not %);
+    arms or metrics the paper does not give are left out.
+  paper_source: where the numbers come from (paper, table, setting).
+  paper_verified: False when the numbers were recalled and not checked against the paper (the
+    config docstrings' [G]/[R] marks); the reports print them as unverified.
+  claims: baseline -> the paper's stated direction where it gives no numbers for the pair:
+    +1 (method better; the default), -1, or 0 (the paper states none for this pair).
+  setting: the environment / split, for the table.
+  overrides: `--config.key=value` settings every arm needs (e.g. a run dir to start from).
+  """
+  arms: Mapping[str, str]
+  method: str
+  baselines: tuple[str, ...]
+  metrics: tuple[str, ...] = ("eval/success",)
+  paper: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+  paper_source: str = ""
+  paper_verified: bool = False
+  claims: Mapping[str, int] = dataclasses.field(default_factory=dict)
+  setting: str = ""
+  overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    def bad(field, msg):
+      raise ValueError(f"Comparison.{field}: {msg}")
+    if not self.arms:
+      bad("arms", "no arms declared")
+    for name, variant in self.arms.items():
+      if not isinstance(name, str) or not name or "/" in name or name != name.strip():
+        bad("arms", f"arm name {name!r} must be a non-empty string without '/' (a folder name)")
+      if not isinstance(variant, str):
+        bad("arms", f"arm {name!r}: variant must be a string, got {variant!r}")
+    if self.method not in self.arms:
+      bad("method", f"{self.method!r} is not an arm; arms: {', '.join(self.arms)}")
+    if not isinstance(self.baselines, tuple) or not self.baselines:
+      bad("baselines", f"a non-empty tuple of arm names, got {self.baselines!r}")
+    for b in self.baselines:
+      if b not in self.arms or b == self.method:
+        bad("baselines", f"{b!r} is not an arm other than the method; arms: {', '.join(self.arms)}")
+    if not isinstance(self.metrics, tuple) or not self.metrics:
+      bad("metrics", f"a non-empty tuple of metric keys, got {self.metrics!r}")
+    for arm, numbers in self.paper.items():
+      if arm not in self.arms:
+        bad("paper", f"{arm!r} is not an arm; arms: {', '.join(self.arms)}")
+      for m, v in numbers.items():
+        if m not in self.metrics:
+          bad("paper", f"{arm}: metric {m!r} is not in metrics {self.metrics}")
+        if not isinstance(v, (int, float)):
+          bad("paper", f"{arm}/{m}: a number, got {v!r}")
+    for b, v in self.claims.items():
+      if b not in self.baselines or v not in (1, 0, -1):
+        bad("claims", f"{b!r}: a baseline -> +1 | 0 | -1, got {v!r}; baselines: {self.baselines}")
+    # Read-only views: a module-level constant must not be mutated by a caller.
+    object.__setattr__(self, "arms", MappingProxyType(dict(self.arms)))
+    object.__setattr__(self, "paper", MappingProxyType({a: MappingProxyType(dict(n))
+                                                        for a, n in self.paper.items()}))
+    object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
+    object.__setattr__(self, "claims", MappingProxyType(dict(self.claims)))
+
+  @property
+  def primary(self) -> str:
+    return self.metrics[0]
+
+  def paper_number(self, arm: str, metric: str) -> Optional[float]:
+    return self.paper.get(arm, {}).get(metric)
+
+  def paper_direction(self, baseline: str, metric: str) -> tuple[int, Optional[float]]:
+    """(sign of the paper's method - baseline, that difference or None): from its numbers
+    when it gives both, else the declared claim (+1 unless `claims` says otherwise)."""
+    a, b = self.paper_number(self.method, metric), self.paper_number(baseline, metric)
+    if a is None or b is None:
+      return self.claims.get(baseline, 1), None
+    if a == b:
+      return 0, 0.0
+    return (1 if a > b else -1), a - b
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperConfig:
+  """A configs/*.py file: its name, module, and its row (None: `reason` says why)."""
+  name: str
+  path: str
+  module: object
+  comparison: Optional[Comparison]
+  reason: str = ""
+
+
+def config_path(name: str, configs_dir: str = CONFIGS_DIR) -> str:
+  return os.path.normpath(os.path.join(configs_dir, f"{name}.py"))
+
+
+def load_config(name: str, configs_dir: str = CONFIGS_DIR) -> PaperConfig:
+  """Imports configs/<name>.py; its COMPARISON or the reason it has none (ValueError when the
+  file does not exist, naming the ones that do)."""
+  path = config_path(name, configs_dir)
+  if not os.path.exists(path):
+    known = ", ".join(paper_names(configs_dir))
+    raise ValueError(f"--paper: no config {path}; known: {known}")
+  spec = importlib.util.spec_from_file_location(f"configs_{name}", path)
+  mod = importlib.util.module_from_spec(spec)
+  try:
+    spec.loader.exec_module(mod)
+  except Exception as e:  # a broken config is a row that cannot run, not a crash of --list
+    return PaperConfig(name, path, None, None, f"config does not import: {type(e).__name__}: {e}")
+  comp = getattr(mod, "COMPARISON", None)
+  if comp is None:
+    return PaperConfig(name, path, mod, None, "no comparison declared")
+  if not isinstance(comp, Comparison):
+    return PaperConfig(name, path, mod, None,
+                       f"COMPARISON is a {type(comp).__name__}, not a Comparison")
+  return PaperConfig(name, path, mod, comp)
+
+
+def paper_names(configs_dir: str = CONFIGS_DIR) -> list[str]:
+  return sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(configs_dir, "*.py"))
+                if not os.path.basename(p).startswith("_"))
+
+
+def load_comparisons(configs_dir: str = CONFIGS_DIR) -> list[PaperConfig]:
+  """Every configs/*.py, in name order."""
+  return [load_config(n, configs_dir) for n in paper_names(configs_dir)]

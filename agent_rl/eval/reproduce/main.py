@@ -1,0 +1,99 @@
+"""What launch/reproduce.py does, as functions the tests call: list the rows, print a row's
+commands, run a row (arms x seeds, resumable) and write its files, and build the table.
+
+    python launch/reproduce.py --list
+    python launch/reproduce.py --paper=gigpo_texthouse --scale=tiny --seeds=3 [--jobs=2]
+    python launch/reproduce.py --paper=gigpo_texthouse --dry-run    # one train command per run
+    python launch/reproduce.py --table
+"""
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Callable, Optional, Sequence
+
+from agent_rl.eval.reproduce import results, runs
+from agent_rl.eval.reproduce.comparison import (CONFIGS_DIR, PaperConfig, load_comparisons,
+                                                load_config)
+
+
+def list_rows(scale: str = "tiny", overrides: Sequence[tuple[str, str]] = (),
+              configs_dir: str = CONFIGS_DIR) -> str:
+  """Every configs/*.py: its row (method vs baselines, metrics) and whether each arm can run
+  here at `scale`, with the reason when not; configs without a row say so."""
+  lines = []
+  for pc in load_comparisons(configs_dir):
+    comp = pc.comparison
+    if comp is None:
+      lines.append(f"{pc.name}: {pc.reason}")
+      continue
+    lines.append(f"{pc.name}: {comp.method} vs {', '.join(comp.baselines)} on "
+                 f"{comp.setting or '—'}; metrics {', '.join(comp.metrics)}")
+    for arm, variant in comp.arms.items():
+      why = runs.arm_problem(pc, scale, arm, overrides)
+      arg = runs.arm_arg(scale, variant)
+      state = "runnable" if why is None else f"NOT RUNNABLE: {why}"
+      lines.append(f"  {arm:<12} :{arg:<28} {state}")
+  return "\n".join(lines)
+
+
+def runnable_papers(scale: str, overrides=(), configs_dir: str = CONFIGS_DIR) -> tuple[list, list]:
+  """(rows whose every arm can run, [(name, reason)] of the others) for --all."""
+  ok, skipped = [], []
+  for pc in load_comparisons(configs_dir):
+    if pc.comparison is None:
+      skipped.append((pc.name, pc.reason))
+      continue
+    bad = {a: runs.arm_problem(pc, scale, a, overrides) for a in pc.comparison.arms}
+    bad = {a: w for a, w in bad.items() if w}
+    if bad:
+      skipped.append((pc.name, "; ".join(f"{a}: {w}" for a, w in bad.items())))
+    else:
+      ok.append(pc)
+  return ok, skipped
+
+
+def dry_run(pc: PaperConfig, scale: str, seeds: int, results_dir: str, overrides=(),
+            arms: Sequence[str] = (), launcher: str = "") -> list[str]:
+  """The row's train commands, one per run; `launcher` replaces `python -m agent_rl.train`
+  (e.g. "sbatch launch/slurm_gpu.sbatch", "bash launch/tpu_pod.sh --name=pod --detach")."""
+  prefix = shlex.split(launcher) if launcher else runs.TRAIN
+  return [s.command(prefix) for s in runs.plan(pc, scale, seeds, results_dir, overrides, arms)]
+
+
+def reproduce(pc: PaperConfig, scale: str, seeds: int, results_dir: str, overrides=(),
+              arms: Sequence[str] = (), jobs: int = 1, runner: Optional[runs.Runner] = None,
+              run: bool = True, echo: Callable[[str], None] = print
+              ) -> tuple[results.RowResult, list]:
+  """Runs what is left of the row (unless `run` is False: report what is there), then writes
+  RESULTS_DIR/<paper>.{json,md,png}. Returns (the row, the run outcomes)."""
+  specs = runs.plan(pc, scale, seeds, results_dir, overrides, arms)
+  if run:
+    for arm in dict.fromkeys(s.arm for s in specs):
+      why = runs.arm_problem(pc, scale, arm, overrides)
+      if why:
+        raise ValueError(f"{pc.name}/{arm} cannot run: {why}")
+  outcomes = (runs.execute(pc, specs, runner or runs.subprocess_runner, jobs, echo)
+              if run else [])
+  row = results.collect(pc, specs, scale, seeds, overrides)
+  paths = results.write_row(row, results_dir)
+  echo("wrote " + ", ".join(paths))
+  return row, outcomes
+
+
+def overrides_from_flags(iterations: Optional[int], sets: Sequence[str]) -> list[tuple[str, str]]:
+  out = [runs.parse_override(s) for s in sets]
+  if iterations is not None:
+    out.append(("train.iterations", str(iterations)))
+  return out
+
+
+def load(name: str, configs_dir: str = CONFIGS_DIR) -> PaperConfig:
+  pc = load_config(name, configs_dir)
+  if pc.comparison is None:
+    raise ValueError(f"--paper={name}: {pc.reason}")
+  return pc
+
+
+def default_results_dir() -> str:
+  return os.environ.get("RESULTS_DIR", runs.RESULTS_DIR)

@@ -1,0 +1,275 @@
+"""Arms x seeds of a paper row as runs: one workdir and one train command each, resumable.
+
+    RESULTS_DIR/<paper>/<arm>/seed<k>/     # the run's workdir (checkpoints/, metrics.jsonl, ...)
+
+Each run is `python -m agent_rl.train --config=configs/<paper>.py:<scale>,<variant>
+--workdir=... [--config.key=value ...] --config.seed=<k>`, the same line `--dry-run` prints, so
+a cluster launcher (launch/slurm_gpu.sbatch, launch/tpu_pod.sh) can run each one as a job.
+Resuming is the run's own: a workdir with a checkpoint continues from it (train/run.py). The
+harness only decides from the workdir what is left:
+  done    the checkpoint of the last global step (sft.steps + train.iterations) exists
+          (orbax renames a step's folder into place only once the save completed);
+  resume  some earlier checkpoint exists;  new  none.
+A workdir whose saved config.json differs from the config this command would build (another
+scale, --iterations or override) is refused, naming the fields: mixing the two would average
+different experiments.
+"""
+from __future__ import annotations
+
+import ast
+import concurrent.futures
+import dataclasses
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from typing import Callable, Optional, Sequence
+
+from etils import epath
+
+from agent_rl.eval.reproduce.comparison import PaperConfig
+
+RESULTS_DIR = os.path.join("benchmarks", "results", "reproduce")
+TIME_FILE = "reproduce_time.json"  # seconds the harness spent running this workdir, summed
+TRAIN = ("python", "-m", "agent_rl.train")
+# Config fields that name a file or run directory that must exist before the run starts.
+PATH_FIELDS = ("model.init_from", "reward.model", "distill.teacher", "tokenizer.path",
+               "rm.policy_run")
+
+
+class StaleRunError(ValueError):
+  """A workdir holds a run of another config than the one requested."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """One arm x seed: `arg` is the config's `:arg` (scale + variant), `overrides` the
+  ("key", "value") settings in command order (the seed last)."""
+  paper: str
+  arm: str
+  seed: int
+  arg: str
+  config_file: str
+  workdir: str
+  overrides: tuple[tuple[str, str], ...]
+
+  def args(self) -> list[str]:
+    """The train command's arguments (what the launchers take after the script name)."""
+    return ([f"--config={self.config_file}:{self.arg}", f"--workdir={self.workdir}"]
+            + [f"--config.{k}={v}" for k, v in self.overrides])
+
+  def command(self, prefix: Sequence[str] = TRAIN) -> str:
+    return shlex.join([*prefix, *self.args()])
+
+
+def arm_arg(scale: str, variant: str) -> str:
+  return ",".join(w for w in (scale, variant) if w)
+
+
+def parse_override(text: str) -> tuple[str, str]:
+  """"train.iterations=3" (a leading "config." is dropped) -> ("train.iterations", "3")."""
+  key, eq, value = text.partition("=")
+  key = key.strip().removeprefix("--").removeprefix("config.")
+  if not eq or not key:
+    raise ValueError(f"--set: expected key=value (e.g. train.iterations=3), got {text!r}")
+  return key, value
+
+
+def _typed(old, text: str, key: str):
+  """`text` as the type of the field it replaces (what `--config.key=text` does)."""
+  if isinstance(old, bool):
+    low = text.lower()
+    if low not in ("true", "false", "1", "0"):
+      raise ValueError(f"--config.{key}: takes true|false, got {text!r}")
+    return low in ("true", "1")
+  if isinstance(old, (int, float)):
+    try:
+      return type(old)(text)
+    except ValueError:
+      raise ValueError(f"--config.{key}: takes a {type(old).__name__}, got {text!r}") from None
+  if isinstance(old, str):
+    return text
+  try:  # tuples, lists and new kwargs: Python literals, else the string itself
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text
+
+
+def apply_override(c, key: str, text: str) -> None:
+  *parents, leaf = key.split(".")
+  node = c
+  for p in parents:
+    if p not in node:
+      raise ValueError(f"--config.{key}: no field {p!r} in config.{'.'.join(parents)}")
+    node = node[p]
+  node[leaf] = _typed(node[leaf] if leaf in node else None, text, key)
+
+
+def build_config(pc: PaperConfig, arg: str, overrides: Sequence[tuple[str, str]]):
+  """configs/<paper>.py:get_config(arg) with the overrides applied, in order."""
+  c = pc.module.get_config(arg)
+  for k, v in overrides:
+    apply_override(c, k, v)
+  return c
+
+
+def final_step(c) -> int:
+  return int(c.sft.steps) + int(c.train.iterations)
+
+
+def problem(c) -> Optional[str]:
+  """Why a built config cannot run here (None when it can): validation (an unregistered env,
+  a bad field), or a file/run dir it names that does not exist."""
+  from agent_rl.train.config import validate
+  try:
+    validate(c)
+  except ValueError as e:
+    return str(e)
+  for field in PATH_FIELDS:
+    section, name = field.split(".")
+    path = c[section][name]
+    if path and "://" not in path and not os.path.exists(path):
+      return f"needs config.{field}={path} (missing: run its recipe first)"
+  return None
+
+
+def arm_problem(pc: PaperConfig, scale: str, arm: str, overrides=()) -> Optional[str]:
+  comp = pc.comparison
+  try:
+    c = build_config(pc, arm_arg(scale, comp.arms[arm]), [*comp.overrides.items(), *overrides])
+  except Exception as e:  # an unknown variant or override: the row lists it, --list goes on
+    return f"{type(e).__name__}: {e}"
+  return problem(c)
+
+
+def plan(pc: PaperConfig, scale: str, seeds: int, results_dir: str = RESULTS_DIR,
+         overrides: Sequence[tuple[str, str]] = (), arms: Sequence[str] = ()) -> list[RunSpec]:
+  """The runs of a row: every arm (or those named) x seeds 0..seeds-1, in arm order."""
+  comp = pc.comparison
+  if comp is None:
+    raise ValueError(f"--paper={pc.name}: {pc.reason}")
+  unknown = [a for a in arms if a not in comp.arms]
+  if unknown:
+    raise ValueError(f"--arms: {unknown} not arms of {pc.name}; arms: {', '.join(comp.arms)}")
+  if seeds < 1:
+    raise ValueError(f"--seeds: at least 1, got {seeds}")
+  rel = os.path.relpath(pc.path)  # commands read best relative to the repository root
+  rel = pc.path if rel.startswith("..") else rel
+  return [RunSpec(pc.name, arm, k, arm_arg(scale, comp.arms[arm]), rel,
+                  os.path.join(results_dir, pc.name, arm, f"seed{k}"),
+                  (*comp.overrides.items(), *overrides, ("seed", str(k))))
+          for arm in (arms or comp.arms) for k in range(seeds)]
+
+
+def _flat(d, prefix=""):
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flat(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def check_same_config(c, workdir: str) -> None:
+  """Raises StaleRunError naming the fields where workdir/config.json differs from `c`
+  (fields the saved run lacks are new defaults and are not compared)."""
+  path = epath.Path(workdir) / "config.json"
+  if not path.exists():
+    return
+  saved = _flat(json.loads(path.read_text()))
+  want = _flat(json.loads(c.to_json_best_effort()))
+  if want.get("distill.coef", 0) > 0 and not want.get("tokenizer.path"):
+    want.pop("tokenizer.path")  # run() fills it with the teacher's tokenizer before saving
+  bad = sorted(k for k in want if k in saved and saved[k] != want[k])
+  if bad:
+    shown = ", ".join(f"{k}: {saved[k]!r} there, {want[k]!r} here" for k in bad[:6])
+    raise StaleRunError(f"{workdir}: holds a run of another config ({shown}); delete it or "
+                        "use another --results_dir")
+
+
+def status(c, workdir: str) -> tuple[str, int]:
+  """("done" | "resume" | "new", newest checkpointed global step or -1); see the module doc."""
+  check_same_config(c, workdir)
+  wd = epath.Path(workdir)  # a gs:// results dir reads like a local one (the runs write there)
+  ck = wd / "checkpoints"
+  steps = [int(p.name) for p in (ck.iterdir() if ck.exists() else ()) if p.name.isdigit()]
+  newest = max(steps, default=-1)
+  if newest >= final_step(c) and (wd / "metrics.jsonl").exists():
+    return "done", newest
+  return ("resume" if steps else "new"), newest
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  spec: RunSpec
+  state: str  # skipped (already done) | ran | failed
+  seconds: float
+  message: str = ""
+
+
+Runner = Callable[[RunSpec], int]
+
+
+def _add_seconds(workdir: str, seconds: float) -> None:
+  """Sums the time spent in a workdir over resumes (the table's CPU-time total)."""
+  if not os.path.isdir(workdir):
+    return
+  path = os.path.join(workdir, TIME_FILE)
+  prev = 0.0
+  if os.path.exists(path):
+    with open(path) as f:
+      prev = json.load(f)["seconds"]
+  with open(path, "w") as f:
+    json.dump({"seconds": prev + seconds}, f)
+
+
+def subprocess_runner(spec: RunSpec) -> int:
+  """The printed command in a child process (this interpreter); its output goes to
+  WORKDIR/reproduce.log. Returns the exit status."""
+  os.makedirs(spec.workdir, exist_ok=True)
+  with open(os.path.join(spec.workdir, "reproduce.log"), "a") as log:
+    log.write(f"\n$ {spec.command()}\n")
+    log.flush()
+    return subprocess.run([sys.executable, "-m", "agent_rl.train", *spec.args()], stdout=log,
+                          stderr=subprocess.STDOUT, check=False).returncode
+
+
+def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subprocess_runner,
+            jobs: int = 1, echo: Callable[[str], None] = print) -> list[Outcome]:
+  """Runs every spec not yet done, `jobs` at a time; a failed run is reported, not raised
+  (the other runs go on). Refuses up front (StaleRunError) a workdir of another config."""
+  if jobs < 1:
+    raise ValueError(f"--jobs: at least 1, got {jobs}")
+  todo, out = [], []
+  for s in specs:
+    state, step = status(build_config(pc, s.arg, s.overrides), s.workdir)
+    if state == "done":
+      out.append(Outcome(s, "skipped", 0.0, f"done (step {step})"))
+      echo(f"skip   {s.paper}/{s.arm}/seed{s.seed}: finished (step {step})")
+    else:
+      todo.append(s)
+      echo(f"{'resume' if state == 'resume' else 'start '} {s.paper}/{s.arm}/seed{s.seed}"
+           + (f" from step {step}" if state == "resume" else ""))
+
+  def one(s: RunSpec) -> Outcome:
+    t0 = time.perf_counter()
+    try:
+      rc = runner(s)
+      msg = "" if rc == 0 else f"exit status {rc}; see {os.path.join(s.workdir, 'reproduce.log')}"
+    except Exception as e:  # a runner error is that run's failure
+      rc, msg = 1, f"{type(e).__name__}: {e}"
+    o = Outcome(s, "ran" if rc == 0 else "failed", time.perf_counter() - t0, msg)
+    _add_seconds(s.workdir, o.seconds)
+    echo(f"{'done  ' if rc == 0 else 'FAILED'} {s.paper}/{s.arm}/seed{s.seed} in "
+         f"{o.seconds:.0f} s{': ' + msg if msg else ''}")
+    return o
+
+  if jobs == 1:
+    out += [one(s) for s in todo]
+  else:
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+      out += list(pool.map(one, todo))
+  return out

@@ -1,0 +1,55 @@
+"""CARL's segment critic vs GRPO on KB-SearchQA with a competence split (Kumar, Wu, Suley 2026,
+"Knowing When to Ask: Segment-Level Credit Assignment for LLM Tool Use", arXiv:2605.27788).
+
+  python -m agent_rl.train --config=configs/carl_kbqa.py:tiny --workdir=/tmp/carl
+  python -m agent_rl.train --config=configs/carl_kbqa.py:tiny,grpo --workdir=/tmp/carl_grpo
+  variants: grpo (Search-R1 GRPO, no critic); lam=<float> (segment GAE lambda; default 0, TD
+  credit per segment; 1 = outcome minus each segment's value);
+  parametric=<float> (share of questions whose facts are in the instruction, default 0.5); full.
+
+CARL (credit/carl.py): the rollout is cut into segments at tool boundaries (here: turns; each
+ends at a `<search>` call or the `<answer>`, the tool result opens the next); a critic (the
+shared-trunk value head) gives one value per segment, advantages are GAE over segments and the
+critic regresses every token of a segment to that segment's return. The exact estimator of
+the paper was not reachable (only its abstract); credit/carl.py says what is verified.
+
+The competence split: with `parametric` questions the facts are in the instruction, so a
+search is unnecessary. The metric to watch is `rollout/tools/calls_per_parametric_episode`
+(envs/tools/metrics.py `tool_metrics`, logged once train/phases.py merges it into the rollout
+metrics) next to `rollout/tools/calls_per_episode` and held-out EM.
+
+Paper numbers. Verified (abstract): +6.7 EM at 7B and +9.7 EM at 3B over the best RL baseline
+(Search-R1 PPO at 7B, Search-R1 GRPO at 3B) on five benchmarks (arithmetic, multi-hop QA,
+financial tables); +8.3 / +9.0 EM on Musique; 53% fewer tool calls on parametrically answerable
+questions while ~10 EM more accurate on them; the critic separates parametric from
+tool-dependent questions with AUC 0.93 (7B). Expected direction: CARL >= GRPO on EM, and
+fewer calls per parametric episode than GRPO.
+
+tiny (2-core CPU): the direction is to be measured (3 seeds); say so honestly if it does not
+show at this scale.
+"""
+from agent_rl.eval.reproduce import Comparison
+from agent_rl.train.config import scaled_config
+from agent_rl.train.world_defaults import kb_search_qa, search_r1
+
+VARIANTS = dict(grpo=False, lam=0.0, parametric=0.5)
+COMPARISON = Comparison(  # EM deltas only in the abstract: a direction, no absolute numbers
+    arms={"CARL": "", "GRPO": "grpo"}, method="CARL", baselines=("GRPO",),
+    metrics=("eval/success",),
+    paper_source="CARL (arXiv:2605.27788) abstract: +9.7 EM at 3B over Search-R1 GRPO, "
+                 "+6.7 EM at 7B over Search-R1 PPO; 53% fewer calls on parametric items",
+    paper_verified=True, setting="KB-SearchQA with parametric items, EM")
+
+
+def get_config(arg: str | None = None):
+  c, args = scaled_config(arg, VARIANTS)
+  kb_search_qa(c, parametric_frac=args["parametric"])
+  search_r1(c)
+  if "grpo" not in args:
+    c.model.critic = "shared"
+    c.credit.name = "carl"
+    c.credit.kwargs.gamma, c.credit.kwargs.lam = 1.0, args["lam"]
+  if c.scale == "full":
+    c.model.preset = "qwen2.5-7b"
+    c.model.dtype, c.model.param_dtype = "bfloat16", "float32"
+  return c

@@ -1,0 +1,50 @@
+"""SPA on TextHouse: world-model SFT, then PPO (Chen et al., 2025, "Internalizing World Models
+via Self-Play Finetuning for Agentic RL", shiqichen17/SPA; ALGORITHMS.md §4.11), on the
+ALFWorld-like pure-JAX world instead of Sokoban.
+
+Same recipe as configs/spa_sokoban.py: SFT on turns that state the true current state and
+predict the true next one before acting,
+`<think><observation>s_t</observation><prediction>s_{t+1}</prediction></think><answer>a_t</answer>`,
+the loss on every assistant token; then PPO (critic on the policy trunk, GAE gamma = lam = 1,
+clip 0.2/0.28, entropy 0.001, SPA's config/base.yaml). The state text
+(`agent_rl.data.world_model.texthouse_state`) is ALFWorld-structured: where the agent stands,
+what it holds, the open receptacles, and the place and properties of every goal-kind object
+("at fridge 1; holding apple 1; open fridge 1; apple 1 held cool"). SPA itself reports
+Sokoban, FrozenLake and Sudoku; TextHouse is our extension of its recipe to the household
+world (the paper's claim: a world model learned in SFT helps the RL that follows).
+
+  python -m agent_rl.train --config=configs/spa_texthouse.py:tiny --workdir=/tmp/spa_th
+  python -m agent_rl.train --config=configs/spa_texthouse.py:tiny,no_wm --workdir=/tmp/spa_th0
+
+Variants: `tiny` (default), `full` (Qwen2.5-1.5B-sized policy), `no_wm` (the baseline: the
+same SFT -> PPO with answer-only turns), `long` (TextLab, 4 chained stages).
+
+Turn length: a state is 10-40 tokens with the tokenizer trained on env + SPA text, so a
+world-model turn (two states and the action) gets max_action_tokens = 128 at tiny.
+
+Expected direction: SPA > no-WM (SPA's Sokoban/FrozenLake claim). Not yet measured at tiny
+scale here (README, "Not yet"); on Sokoban at tiny scale world-model SFT did not beat
+answer-only SFT (configs/spa_sokoban.py), so do not expect it here without measuring.
+"""
+from agent_rl.eval.reproduce import Comparison
+from agent_rl.train.config import scaled_config
+from agent_rl.train.world_defaults import full_policy, spa_ppo, texthouse
+
+VARIANTS = dict(no_wm=False, long=False)
+COMPARISON = Comparison(  # SPA's claim carried to the household world (no paper numbers)
+    arms={"SPA": "", "no-WM": "no_wm"}, method="SPA", baselines=("no-WM",),
+    metrics=("eval/success", "eval/avg@4"),
+    paper_source="SPA (Chen et al. 2025): world-model SFT -> PPO beats SFT -> PPO on Sokoban / "
+                 "FrozenLake; TextHouse is not in the paper",
+    paper_verified=False, setting="TextHouse (ALFWorld-like)")
+
+
+def get_config(arg: str | None = None):
+  c, args = scaled_config(arg, VARIANTS)
+  texthouse(c, long="long" in args)
+  spa_ppo(c, args)
+  if c.sft.world_model:
+    c.rollout.max_action_tokens = 128 if c.scale == "tiny" else 384
+  if c.scale == "full":
+    full_policy(c)
+  return c

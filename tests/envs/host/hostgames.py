@@ -1,0 +1,38 @@
+"""Test games for the pool (importable by name in spawned workers: pickled by reference)."""
+import os
+import signal
+import time
+
+from agent_rl.envs.host.game import GameObs
+from agent_rl.envs.host.toy import KeyRoomGame
+
+
+class FaultyGame(KeyRoomGame):
+  """KeyRoom whose step on "sleep" never returns, on "boom" raises, on "die" kills its own
+  process (a JVM crash), whose task 13 fails to reset, and which kills itself at step `die_at` of an episode (0 = never)."""
+
+  def __init__(self, die_at: int = 0, **kw):
+    super().__init__(**kw)
+    self.die_at = die_at
+
+  def reset(self, task_id, seed):
+    if task_id == "keyroom-13":
+      raise RuntimeError("this game does not start")
+    return super().reset(task_id, seed)
+
+  def step(self, command):
+    if command == "sleep":
+      time.sleep(3600)
+    if command == "boom":
+      raise RuntimeError("the game broke")
+    if command == "die" or (self.die_at and self._state["steps"] + 1 >= self.die_at):
+      os.kill(os.getpid(), signal.SIGKILL)
+    return super().step(command)
+
+
+class NoStateGame(KeyRoomGame):
+  """KeyRoom without a state key: the env hashes the observation text instead."""
+
+  def _obs(self, text):
+    o = super()._obs(text)
+    return GameObs(text=o.text, admissible=o.admissible, state_key=None)

@@ -1,0 +1,316 @@
+"""The reproduction harness (agent_rl/eval/reproduce, launch/reproduce.py): interval arithmetic
+against scipy's Welch t-test and tabulated t quantiles; comparison declarations (every paper
+config's); planning, --list and --dry-run; resumability with a fake run function; the files
+written; and one budgeted real smoke (slow: a real run costs minutes on a shared 2-core box)."""
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy import stats as st
+
+from agent_rl.eval.reproduce import Comparison
+from agent_rl.eval.reproduce import main as rep
+from agent_rl.eval.reproduce import results, runs, stats
+from agent_rl.eval.reproduce.comparison import load_comparisons, load_config
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+# -- interval arithmetic --------------------------------------------------------------------
+
+T975 = {1: 12.706205, 2: 4.302653, 4: 2.776445, 9: 2.262157}  # two-sided 95%, from t tables
+
+
+@pytest.mark.parametrize("df", sorted(T975))
+def test_t_quantile_matches_tables(df):
+  assert stats.t_quantile(df) == pytest.approx(T975[df], abs=1e-5)
+
+
+@pytest.mark.parametrize("x", [[0.70, 0.75, 0.72], [0.1, 0.9], [0.3, 0.3, 0.5, 0.6, 0.2]])
+def test_arm_interval_against_numpy_and_table(x):
+  s = stats.arm_stats(x)
+  a = np.asarray(x)
+  n, m, sd = len(a), a.mean(), a.std(ddof=1)
+  h = T975[n - 1] * sd / math.sqrt(n)
+  assert (s.n, s.mean, s.std) == (n, pytest.approx(m, abs=1e-12), pytest.approx(sd, abs=1e-12))
+  assert s.ci95 == pytest.approx((m - h, m + h), abs=1e-5)
+  lo, hi = st.t.interval(0.95, n - 1, loc=m, scale=st.sem(a))
+  assert s.ci95 == pytest.approx((lo, hi), abs=1e-10)
+
+
+@pytest.mark.parametrize("a,b", [([0.8, 0.9, 0.85], [0.7, 0.75, 0.72]),
+                                 ([0.1, 0.5, 0.2, 0.9], [0.3, 0.31, 0.29]),
+                                 ([0.0, 0.0, 0.5], [0.25, 0.5, 0.75, 1.0, 0.0])])
+def test_welch_diff_against_scipy_ttest_ind(a, b):
+  d = stats.welch_diff(a, b)
+  ref = st.ttest_ind(a, b, equal_var=False)
+  ci = ref.confidence_interval(0.95)
+  assert d.diff == pytest.approx(np.mean(a) - np.mean(b), abs=1e-12)
+  assert d.df == pytest.approx(ref.df, rel=1e-10)
+  assert d.p == pytest.approx(ref.pvalue, rel=1e-8)
+  assert d.ci95 == pytest.approx((ci.low, ci.high), abs=1e-10)
+
+
+def test_degenerate_cases_do_not_raise():
+  assert stats.arm_stats([]).mean is None
+  one = stats.arm_stats([0.5])
+  assert (one.n, one.mean, one.std, one.ci95) == (1, 0.5, None, None)
+  assert stats.welch_diff([0.5], [0.2, 0.3]).ci95 is None
+  flat = stats.welch_diff([0.5, 0.5], [0.25, 0.25])  # no spread: a point, no p-value
+  assert flat.diff == 0.25 and flat.ci95 == (0.25, 0.25) and flat.p is None
+  assert stats.welch_diff([], [0.1]).diff is None
+
+
+def test_agreement_words():
+  D = stats.Diff
+  assert stats.agreement(D(0.2, (0.1, 0.3), 4.0, 0.01), 1) == "yes"
+  assert stats.agreement(D(0.2, (-0.1, 0.5), 4.0, 0.2), 1) == "yes (n.s.)"
+  assert stats.agreement(D(0.2, (0.1, 0.3), 4.0, 0.01), -1) == "no"
+  assert stats.agreement(D(-0.2, (-0.5, 0.1), 4.0, 0.2), 1) == "no (n.s.)"
+  assert stats.agreement(D(0.2, (0.1, 0.3), 4.0, 0.01), 0) == "no paper direction"
+  assert stats.agreement(D(0.0, None, None, None), 1) == "tie"
+  assert stats.agreement(D(None, None, None, None), 1) == "n/a"
+
+
+# -- declarations -------------------------------------------------------------------------------
+
+def test_comparison_rejects_bad_fields_naming_them():
+  ok = dict(arms={"A": "", "B": "b"}, method="A", baselines=("B",))
+  Comparison(**ok)
+  for bad, field in [(dict(method="C"), "method"), (dict(baselines=("A",)), "baselines"),
+                     (dict(baselines=["B"]), "baselines"), (dict(metrics=()), "metrics"),
+                     (dict(paper={"Z": {"eval/success": 1.0}}), "paper"),
+                     (dict(paper={"A": {"eval/other": 1.0}}), "paper"),
+                     (dict(claims={"B": 2}), "claims"), (dict(arms={"A/x": ""}), "arms")]:
+    with pytest.raises(ValueError, match=f"Comparison.{field}"):
+      Comparison(**{**ok, **bad})
+
+
+def test_every_declared_comparison_builds_its_arms():
+  declared = {pc.name: pc for pc in load_comparisons() if pc.comparison is not None}
+  assert {"gigpo_texthouse", "ragen_sokoban", "dr_grpo_countdown", "spa_sokoban"} <= set(declared)
+  for pc in declared.values():
+    comp = pc.comparison
+    for arm, variant in comp.arms.items():
+      c = pc.module.get_config(runs.arm_arg("tiny", variant))  # unknown variants raise here
+      assert c.scale == "tiny", (pc.name, arm)
+    for arm, nums in comp.paper.items():
+      assert all(0.0 <= v <= 1.0 for v in nums.values()), (pc.name, arm, "fractions, not %")
+  assert load_config("reward_model").reason == "no comparison declared"
+
+
+# -- a toy paper config in a temporary configs dir --------------------------------------------
+
+TOY = '''"""Toy row for the harness tests."""
+from agent_rl.eval.reproduce import Comparison
+from agent_rl.train.config import scaled_config
+
+VARIANTS = dict(grpo=False, bad_env=False)
+COMPARISON = Comparison(arms={"M": "", "B": "grpo"}, method="M", baselines=("B",),
+                        metrics=("eval/success",), paper={"M": {"eval/success": 0.8},
+                        "B": {"eval/success": 0.6}}, paper_source="toy", setting="toy world")
+
+
+def get_config(arg=None):
+  c, args = scaled_config(arg, VARIANTS)
+  c.credit.name = "grpo" if "grpo" in args else "dr_grpo"
+  c.train.iterations, c.sft.steps = 3, 2
+  if "bad_env" in args:
+    c.env.name = "no_such_env"
+  return c
+'''
+UNREG = TOY.replace('arms={"M": "", "B": "grpo"}', 'arms={"M": "bad_env", "B": "grpo"}')
+
+
+@pytest.fixture
+def toy(tmp_path):
+  d = tmp_path / "configs"
+  d.mkdir()
+  (d / "toy.py").write_text(TOY)
+  (d / "unreg.py").write_text(UNREG)
+  (d / "plain.py").write_text('"""No row."""\ndef get_config(arg=None):\n  return None\n')
+  return str(d), str(tmp_path / "results")
+
+
+VALUES = {"M": [0.8, 0.9, 0.85], "B": [0.7, 0.75, 0.72]}
+
+
+class FakeRun:
+  """What train/run.py leaves in a workdir, in microseconds: config.json, metrics.jsonl
+  (eval/success at 0, SFT end and the last step) and the final checkpoint folder."""
+
+  def __init__(self, pc):
+    self.pc, self.calls = pc, []
+
+  def __call__(self, spec):
+    self.calls.append((spec.arm, spec.seed))
+    c = runs.build_config(self.pc, spec.arg, spec.overrides)
+    os.makedirs(os.path.join(spec.workdir, "checkpoints", str(runs.final_step(c))), exist_ok=True)
+    with open(os.path.join(spec.workdir, "config.json"), "w") as f:
+      f.write(c.to_json_best_effort(indent=2, sort_keys=True))
+    v = VALUES[spec.arm][spec.seed]
+    with open(os.path.join(spec.workdir, "metrics.jsonl"), "w") as f:
+      for step, x in [(0, 0.0), (c.sft.steps, v / 2), (runs.final_step(c), v)]:
+        f.write(json.dumps({"step": step, "eval/success": x}) + "\n")
+    return 0
+
+
+def test_plan_and_dry_run_commands(toy):
+  cdir, rdir = toy
+  pc = rep.load("toy", cdir)
+  lines = rep.dry_run(pc, "tiny", 2, rdir, [("train.iterations", "1")])
+  assert len(lines) == 4
+  assert lines[0].startswith("python -m agent_rl.train --config=")
+  assert lines[0].endswith(f":tiny --workdir={rdir}/toy/M/seed0 --config.train.iterations=1 "
+                           "--config.seed=0")
+  assert f":tiny,grpo --workdir={rdir}/toy/B/seed1" in lines[3]
+  sb = rep.dry_run(pc, "full", 1, rdir, arms=["B"], launcher="sbatch launch/slurm_gpu.sbatch")
+  assert sb == [f"sbatch launch/slurm_gpu.sbatch --config={pc.path}:full,grpo "
+                f"--workdir={rdir}/toy/B/seed0 --config.seed=0"]
+  with pytest.raises(ValueError, match="--arms"):
+    runs.plan(pc, "tiny", 1, rdir, arms=["Z"])
+  with pytest.raises(ValueError, match="no comparison declared"):
+    rep.load("plain", cdir)
+
+
+def test_list_names_rows_arms_and_reasons(toy):
+  cdir, _ = toy
+  text = rep.list_rows("tiny", configs_dir=cdir)
+  assert "plain: no comparison declared" in text
+  assert "toy: M vs B on toy world" in text
+  assert re.search(r"^  M +:tiny +runnable$", text, re.M)
+  unreg = text[text.index("unreg:"):]
+  assert "NOT RUNNABLE: config.env.name: unknown environment 'no_such_env'" in unreg
+  missing = rep.list_rows("tiny", [("model.init_from", "/nonexistent/run")], configs_dir=cdir)
+  assert "NOT RUNNABLE" in missing and "/nonexistent/run" in missing
+  ok, skipped = rep.runnable_papers("tiny", configs_dir=cdir)
+  assert [p.name for p in ok] == ["toy"] and {n for n, _ in skipped} == {"plain", "unreg"}
+
+
+def test_runs_resume_skip_finished_and_write_files(toy):
+  cdir, rdir = toy
+  pc = rep.load("toy", cdir)
+  fake = FakeRun(pc)
+  specs = runs.plan(pc, "tiny", 3, rdir)
+  fake(specs[0])  # M/seed0 finished before
+  os.makedirs(os.path.join(specs[1].workdir, "checkpoints", "2"))  # M/seed1 killed after SFT
+  fake.calls.clear()
+  said = []
+  row, outcomes = rep.reproduce(pc, "tiny", 3, rdir, runner=fake, echo=said.append)
+  assert ("M", 0) not in fake.calls and len(fake.calls) == 5
+  assert [o.state for o in outcomes].count("skipped") == 1
+  assert any("resume toy/M/seed1 from step 2" in s for s in said)
+  # the numbers: stats over seeds, Welch against scipy, the paper's diff and direction
+  m, b = (a.stats["eval/success"] for a in row.arms)
+  assert m.values == tuple(VALUES["M"]) and b.values == tuple(VALUES["B"])
+  (pair,) = row.pairs
+  ref = st.ttest_ind(VALUES["M"], VALUES["B"], equal_var=False).confidence_interval(0.95)
+  assert pair.ours.ci95 == pytest.approx((ref.low, ref.high))
+  assert pair.paper_diff == pytest.approx(0.2) and pair.agrees == "yes"
+  for ext in ("json", "md", "png"):
+    assert os.path.getsize(os.path.join(rdir, f"toy.{ext}")) > 0
+  with open(os.path.join(rdir, "toy.png"), "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  with open(os.path.join(rdir, "toy.json")) as f:
+    saved = json.load(f)
+  assert saved["pairs"][0]["agrees"] == "yes"
+  assert saved["arms"][0]["stats"]["eval/success"]["n"] == 3
+  md = open(os.path.join(rdir, "toy.md")).read()
+  assert "| M | `(default)` | 3 | 0.850 |" in md and "| `eval/success` | B | +0.127 |" in md
+  assert "| 0.800, 0.900, 0.850 | 0.425 | +0.425 |" in md  # after SFT (v / 2) and RL's gain
+  # a second call runs nothing; the table collects the row
+  fake.calls.clear()
+  rep.reproduce(pc, "tiny", 3, rdir, runner=fake, echo=said.append)
+  assert fake.calls == []
+  path, table = results.write_table(rdir)
+  assert os.path.exists(path)
+  assert "| toy | toy world, tiny, 3 seeds | B | M | `eval/success` | +0.127 [" in table
+  assert table.rstrip().endswith("| +0.200 (unverified) | yes |")
+
+
+def test_another_config_in_a_run_dir_is_refused_naming_fields(toy):
+  cdir, rdir = toy
+  pc = rep.load("toy", cdir)
+  fake = FakeRun(pc)
+  rep.reproduce(pc, "tiny", 1, rdir, arms=["M"], runner=fake, echo=lambda s: None)
+  with pytest.raises(runs.StaleRunError, match="train.iterations: 3 there, 7 here"):
+    rep.reproduce(pc, "tiny", 1, rdir, [("train.iterations", "7")], arms=["M"], runner=fake,
+                  echo=lambda s: None)
+
+
+def test_a_failed_run_is_reported_and_the_others_go_on(toy):
+  cdir, rdir = toy
+  pc = rep.load("toy", cdir)
+  fake = FakeRun(pc)
+
+  def flaky(spec):
+    if spec.arm == "B" and spec.seed == 0:
+      raise RuntimeError("out of memory")
+    return fake(spec)
+  row, outcomes = rep.reproduce(pc, "tiny", 2, rdir, runner=flaky, jobs=2, echo=lambda s: None)
+  failed = [o for o in outcomes if o.state == "failed"]
+  assert len(failed) == 1 and "out of memory" in failed[0].message
+  assert row.missing == (os.path.join(rdir, "toy", "B", "seed0"),)
+  assert row.arms[1].stats["eval/success"].n == 1
+
+
+def test_override_typing():
+  from agent_rl.train.config import base_config
+  c = base_config()
+  for k, v in [("train.iterations", "3"), ("optim.lr", "1e-3"), ("train.halt_on_nan", "false"),
+               ("credit.kwargs.gamma", "0.9"), ("credit.kwargs.norm", "std_norm"),
+               ("env.name", "countdown")]:
+    runs.apply_override(c, k, v)
+  assert (c.train.iterations, c.optim.lr, c.train.halt_on_nan) == (3, 1e-3, False)
+  assert (c.credit.kwargs.gamma, c.credit.kwargs.norm, c.env.name) == (0.9, "std_norm", "countdown")
+  with pytest.raises(ValueError, match="--config.train.iterations"):
+    runs.apply_override(c, "train.iterations", "many")
+  assert runs.parse_override("--config.sft.steps=0") == ("sft.steps", "0")
+  with pytest.raises(ValueError, match="--set"):
+    runs.parse_override("sft.steps")
+
+
+def test_cli_dry_run_prints_one_command_per_run(tmp_path):
+  out = subprocess.run([sys.executable, "launch/reproduce.py", "--paper=gigpo_texthouse",
+                        "--seeds=2", "--dry-run", f"--results_dir={tmp_path}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.strip().splitlines()
+  assert len(lines) == 8  # 4 arms x 2 seeds
+  assert lines[0] == (f"python -m agent_rl.train --config=configs/gigpo_texthouse.py:tiny "
+                      f"--workdir={tmp_path}/gigpo_texthouse/GiGPO/seed0 --config.seed=0")
+  assert not os.listdir(tmp_path)  # a dry run writes nothing
+
+
+SMOKE = ["model.hidden=32", "model.num_layers=1", "model.num_heads=2", "model.num_kv_heads=1",
+         "model.intermediate=64", "tokenizer.vocab_size=400", "rollout.num_tasks=4",
+         "rollout.group_size=2", "sft.steps=2", "sft.num_demos=4", "sft.batch_size=4",
+         "train.minibatch_episodes=2", "eval.num_tasks=2", "eval.k=2", "mesh.num_devices=1"]
+
+
+@pytest.mark.slow
+def test_real_smoke_two_seeds_then_resume_skips(tmp_path):
+  """The budgeted CI smoke: Countdown (single turn, the cheapest config), the Dr.GRPO and
+  GRPO arms x 2 seeds, 2 RL iterations of a 1-layer model, through the CLI; then the same
+  command again runs nothing. 350 s here (2 cores, --jobs=2, a shared machine)."""
+  cmd = [sys.executable, "launch/reproduce.py", "--paper=dr_grpo_countdown", "--arms=Dr.GRPO,GRPO",
+         "--seeds=2", "--iterations=2", "--jobs=2", f"--results_dir={tmp_path}",
+         *[f"--set={s}" for s in SMOKE]]
+  out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+  assert out.returncode == 0, out.stdout + out.stderr
+  with open(tmp_path / "dr_grpo_countdown.json") as f:
+    row = json.load(f)
+  assert [a["stats"]["eval/success"]["n"] for a in row["arms"]] == [2, 2]
+  (pair,) = [p for p in row["pairs"] if p["metric"] == "eval/success"]
+  a, b = (a["stats"]["eval/success"]["values"] for a in row["arms"])
+  if np.var(a) + np.var(b) > 0:
+    ref = st.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert pair["ours"]["ci95"] == pytest.approx([ref.low, ref.high])
+  for ext in ("png", "md"):
+    assert (tmp_path / f"dr_grpo_countdown.{ext}").exists()
+  again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert again.returncode == 0 and again.stdout.count("skip ") == 4, again.stdout
