@@ -146,7 +146,7 @@ def test_check_inputs_names_kernel_input_and_env(tok):
   chk = lambda name, env, env_name, critic=False, **kw: credit.check_inputs(
       name, kw.pop("kwargs", {}), env=env, env_name=env_name, critic=critic, **kw)
   with pytest.raises(ValueError, match=r"^config\.credit\.name='uma' needs extra 'question_index', which "
-                     r"env 'sokoban' does not emit in info; envs that emit it: none$"):
+                     r"env 'sokoban' does not emit in info; envs that emit it: ledger_stream$"):
     chk("uma", soko, "sokoban")
   with pytest.raises(ValueError, match=r"'beacon' needs batch\.milestone, which env 'frozenlake'.*"
                      r"envs that emit it: sokoban, texthouse, textlab$"):

@@ -103,6 +103,9 @@ def _records(wd):
     return [json.loads(ln) for ln in f]
 
 
+# CI budget (~160 s): the distillation loss has its reference tests (tests/losses) and the
+# teacher restore stays in CI (test_init_from_run_and_hf).
+@pytest.mark.slow
 def test_distillation_run_lowers_reverse_kl_to_teacher(tmp_path):
   teacher = str(tmp_path / "teacher")
   t = tiny_config(iterations=0, sft_steps=100)
