@@ -117,8 +117,6 @@ class HostRollout:
           jax.jit(loop.observe), jax.jit(loop.finish))
     return self._jits[key]
 
-  _fns = steps  # the older private name (tests/rollout/test_extras.py)
-
   def eval_shape(self, params, tasks, key):
     """The shapes of `self(params, tasks, key)` (nothing runs; the env is not reset): for an
     env whose `obs_len` and `info_spec(action_len, n)` are known before a reset."""

@@ -40,13 +40,18 @@ class ByteTokenizer:
     return ([self.bos_id] if add_bos else []) + out + ([self.eos_id] if add_eos else [])
 
   def decode(self, ids) -> str:
-    t, k = self.byte_table()
-    return b"".join(bytes(t[i, :k[i]]) for i in np.asarray(ids).reshape(-1)).decode("utf-8", "replace")
+    rows = _ROWS
+    return b"".join(rows[i] for i in np.asarray(ids).reshape(-1)).decode("utf-8", "replace")
 
   def byte_table(self) -> tuple[np.ndarray, np.ndarray]:
-    rows = [b""] * 4 + [s.encode() for s in SPECIAL_TOKENS] + [bytes([b]) for b in range(256)]
-    kmax = max(len(r) for r in rows)
-    table = np.zeros((len(rows), kmax), np.uint8)
-    for i, r in enumerate(rows):
-      table[i, :len(r)] = np.frombuffer(r, np.uint8)
-    return table, np.array([len(r) for r in rows], np.int32)
+    """`(bytes [V, K] uint8, lengths [V] int32)`, a fresh copy (callers may keep or edit it)."""
+    return _TABLE.copy(), _LENGTHS.copy()
+
+
+# Surface bytes of every id, built once: decode runs per observation in host envs (host/), and
+# rebuilding the table per call was most of a toy game's env time there.
+_ROWS = tuple([b""] * 4 + [s.encode() for s in SPECIAL_TOKENS] + [bytes([b]) for b in range(256)])
+_LENGTHS = np.array([len(r) for r in _ROWS], np.int32)
+_TABLE = np.zeros((len(_ROWS), int(_LENGTHS.max())), np.uint8)
+for _i, _r in enumerate(_ROWS):
+  _TABLE[_i, :len(_r)] = np.frombuffer(_r, np.uint8)

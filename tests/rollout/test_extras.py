@@ -126,7 +126,7 @@ def test_host_bridge_extras_bit_for_bit(compiled, host):
 def test_bridge_carry_is_typed(compiled):
   pol, params, _, _ = compiled
   runner = HostRollout(pol, JaxHostEnv(SignalEnv()), CFG, PIECES)
-  loop, start, *_ = runner._fns(4, GuessEnv().obs_len, None)
+  loop, start, *_ = runner.steps(4, GuessEnv().obs_len, None)
   obs = Text(jnp.zeros((4, GuessEnv().obs_len), jnp.int32), jnp.ones((4,), jnp.int32))
   carry = jax.eval_shape(loop.start, params, jnp.zeros((4,), jnp.int32), obs,
                          jnp.zeros((4, 2), jnp.uint32), jnp.zeros((4,), jnp.uint32))
