@@ -171,3 +171,51 @@ def parse_ints(windows: jax.Array, lens: jax.Array) -> tuple[jax.Array, jax.Arra
   value = jnp.sum(digit * (10 ** expo), axis=1, dtype=jnp.int32)
   value = jnp.where(windows[:, 0] == ord("-"), -value, value)
   return jnp.where(ok, value, 0), ok
+
+
+# Multipliers tried in turn until a vocabulary hashes without collisions (WordTable).
+_MULTS = (0x01000193, 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F)
+
+
+def _hash_np(table: np.ndarray, lens: np.ndarray, mult: int) -> np.ndarray:
+  w = table.shape[1]
+  powers = np.array([pow(mult, j, 1 << 32) for j in range(w)], np.uint64)
+  live = np.arange(w)[None, :] < lens[:, None]
+  terms = np.where(live, (table.astype(np.uint64) + 1) * powers[None, :] % (1 << 32), 0)
+  return (terms.sum(axis=1) % (1 << 32)).astype(np.uint32)
+
+
+class WordTable:
+  """A finite vocabulary of byte strings (lower case) with a hash look-up (jit-static)."""
+
+  def __init__(self, vocab: Sequence[str]):
+    enc = [v.lower().encode("utf-8") for v in vocab]
+    if len(set(enc)) != len(enc):
+      raise ValueError("WordTable vocabulary has duplicate entries")
+    self.width = max(1, max(len(e) for e in enc))
+    self.table = np.zeros((len(enc), self.width), np.uint8)
+    for i, e in enumerate(enc):
+      self.table[i, :len(e)] = np.frombuffer(e, np.uint8)
+    self.lens = np.array([len(e) for e in enc], np.int32)
+    for mult in _MULTS:
+      h = _hash_np(self.table, self.lens, mult)
+      if len(set(h.tolist())) == len(h):
+        break
+    else:
+      raise ValueError("WordTable: no collision-free hash multiplier for this vocabulary")
+    self.mult = mult
+    self.order = np.argsort(h, kind="stable").astype(np.int32)
+    self.sorted_hash = h[self.order]
+    self.powers = np.array([pow(mult, j, 1 << 32) for j in range(self.width)], np.uint32)
+
+  def lookup(self, windows: jax.Array, lens: jax.Array) -> jax.Array:
+    """`[N] int32` vocabulary index of each window `[N, width]` (lower case, 0 past len); -1 if none."""
+    live = jnp.arange(self.width)[None, :] < lens[:, None]
+    terms = (windows.astype(jnp.uint32) + 1) * jnp.asarray(self.powers)[None, :]
+    h = jnp.sum(jnp.where(live, terms, 0), axis=1, dtype=jnp.uint32)
+    pos = jnp.clip(jnp.searchsorted(jnp.asarray(self.sorted_hash), h,
+                                        method="compare_all"), 0, len(self.lens) - 1)
+    cand = jnp.asarray(self.order)[pos]
+    ok = (jnp.asarray(self.sorted_hash)[pos] == h) & (jnp.asarray(self.lens)[cand] == lens)
+    ok &= jnp.all(jnp.asarray(self.table)[cand] == windows, axis=1) & (lens <= self.width)
+    return jnp.where(ok, cand, -1).astype(jnp.int32)

@@ -39,7 +39,7 @@ from agent_rl.envs.base import ENVS, Text, fingerprint, step_limit, validate_fie
 from agent_rl.envs.byte_scan import lower
 from agent_rl.envs.kb_search_qa import answer as ans
 from agent_rl.envs.kb_search_qa.world import World, words
-from agent_rl.envs.minishop.parse import WordTable
+from agent_rl.envs.byte_scan import WordTable
 from agent_rl.envs.render import PieceTable, compact
 
 REWARD_NAMES = ("em", "f1", "format")

@@ -36,7 +36,7 @@ import numpy as np
 from flax import struct
 
 from agent_rl.envs.base import ENVS, Text, fingerprint, step_limit, validate_fields
-from agent_rl.envs.byte_scan import ByteTable
+from agent_rl.envs.byte_scan import ByteTable, WordTable
 from agent_rl.envs.minishop import pages, parse as parse_lib, retrieval, reward
 from agent_rl.envs.minishop.catalogue import TYPES, Catalogue, words
 
@@ -135,7 +135,7 @@ class MiniShop:
     sets = dict(layout=layout, bytes_=ByteTable(self.tokenizer), catalogue=cat, tables=tables,
                 terms=terms, term_index={t: i for i, t in enumerate(terms)},
                 index=retrieval.BM25Index(weights=retrieval.quantize(w)),
-                clicks=parse_lib.WordTable(clicks), term_table=parse_lib.WordTable(terms),
+                clicks=WordTable(clicks), term_table=WordTable(terms),
                 _digest=layout.table._digest)
     for k, v in sets.items():
       object.__setattr__(self, k, v)

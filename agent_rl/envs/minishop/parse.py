@@ -6,13 +6,12 @@ on any page, the button being a clickable of the page (an ASIN, an option value,
 (byte_scan.answer_span); the span, stripped of ASCII whitespace, must start with `search[`
 or `click[` (any case) and end with `]`. The click name (stripped) and the query's words
 (`[a-z0-9]+` runs, as catalogue.words, the first `max_words`) are looked up in finite
-vocabularies (`WordTable`: clickables, BM25 terms) by a polynomial hash, a binary search
+vocabularies (`byte_scan.WordTable`: clickables, BM25 terms) by a polynomial hash, a binary search
 over the sorted vocabulary hashes and a byte comparison with the one candidate, so a look-up
 costs O(W + log N) instead of match_words' O(N W). Nothing raises; one example (vmap it).
 """
 from __future__ import annotations
 
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -20,55 +19,10 @@ import numpy as np
 from flax import struct
 
 from agent_rl.envs.base import Text
-from agent_rl.envs.byte_scan import ByteTable, answer_span, lower
+from agent_rl.envs.byte_scan import ByteTable, WordTable, answer_span, lower
 
 _WS = (32, 9, 10, 13, 11, 12)
-_MULTS = (0x01000193, 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F)
 SEARCH, CLICK = 0, 1
-
-
-def _hash_np(table: np.ndarray, lens: np.ndarray, mult: int) -> np.ndarray:
-  w = table.shape[1]
-  powers = np.array([pow(mult, j, 1 << 32) for j in range(w)], np.uint64)
-  live = np.arange(w)[None, :] < lens[:, None]
-  terms = np.where(live, (table.astype(np.uint64) + 1) * powers[None, :] % (1 << 32), 0)
-  return (terms.sum(axis=1) % (1 << 32)).astype(np.uint32)
-
-
-class WordTable:
-  """A finite vocabulary of byte strings (lower case) with a hash look-up (jit-static)."""
-
-  def __init__(self, vocab: Sequence[str]):
-    enc = [v.lower().encode("utf-8") for v in vocab]
-    if len(set(enc)) != len(enc):
-      raise ValueError("WordTable vocabulary has duplicate entries")
-    self.width = max(1, max(len(e) for e in enc))
-    self.table = np.zeros((len(enc), self.width), np.uint8)
-    for i, e in enumerate(enc):
-      self.table[i, :len(e)] = np.frombuffer(e, np.uint8)
-    self.lens = np.array([len(e) for e in enc], np.int32)
-    for mult in _MULTS:
-      h = _hash_np(self.table, self.lens, mult)
-      if len(set(h.tolist())) == len(h):
-        break
-    else:
-      raise ValueError("WordTable: no collision-free hash multiplier for this vocabulary")
-    self.mult = mult
-    self.order = np.argsort(h, kind="stable").astype(np.int32)
-    self.sorted_hash = h[self.order]
-    self.powers = np.array([pow(mult, j, 1 << 32) for j in range(self.width)], np.uint32)
-
-  def lookup(self, windows: jax.Array, lens: jax.Array) -> jax.Array:
-    """`[N] int32` vocabulary index of each window `[N, width]` (lower case, 0 past len); -1 if none."""
-    live = jnp.arange(self.width)[None, :] < lens[:, None]
-    terms = (windows.astype(jnp.uint32) + 1) * jnp.asarray(self.powers)[None, :]
-    h = jnp.sum(jnp.where(live, terms, 0), axis=1, dtype=jnp.uint32)
-    pos = jnp.clip(jnp.searchsorted(jnp.asarray(self.sorted_hash), h,
-                                        method="compare_all"), 0, len(self.lens) - 1)
-    cand = jnp.asarray(self.order)[pos]
-    ok = (jnp.asarray(self.sorted_hash)[pos] == h) & (jnp.asarray(self.lens)[cand] == lens)
-    ok &= jnp.all(jnp.asarray(self.table)[cand] == windows, axis=1) & (lens <= self.width)
-    return jnp.where(ok, cand, -1).astype(jnp.int32)
 
 
 @struct.dataclass
