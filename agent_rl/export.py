@@ -86,12 +86,15 @@ def run_tokenizer(workdir: str, c: mlc.ConfigDict):
   return load_tokenizer(path)
 
 
-def export_run(workdir: str, out: str, *, which: str = "best", lora_mode: str = "merged"
-               ) -> Dict[str, Any]:
+def export_run(workdir: str, out: str, *, which: str = "best", lora_mode: str = "merged",
+               agent: int = -1) -> Dict[str, Any]:
   """Exports the policy of the agent_rl run in `workdir` to `out` (module docstring).
+  agent: for a run with per-agent weights (config.agents.mode lora | separate), which agent's
+  policy (required there; -1 = the run has one network).
   Returns {"checkpoint_step", "out", "family", "files", "num_params", ...the step's meta}."""
   from agent_rl.parallel.placement import make_placement
-  from agent_rl.train.pretrained import checkpoint_dir, load_run_config, load_run_policy
+  from agent_rl.train.pretrained import (checkpoint_dir, load_run_config, load_run_policy,
+                                         run_agents)
   from agent_rl.train.setup import is_hf_checkpoint
   if which not in ("best", "latest"):
     raise ValueError(f"--checkpoint must be best|latest, got {which!r}")
@@ -107,10 +110,19 @@ def export_run(workdir: str, out: str, *, which: str = "best", lora_mode: str = 
                             "(the run's model config and tokenizer) is no longer a directory")
   if os.path.abspath(out) == os.path.abspath(workdir):
     raise ValueError(f"--out {out!r} is the run's workdir; choose a new directory")
+  ag = run_agents(workdir)
+  if ag.stacked and not 0 <= agent < ag.num:
+    raise ValueError(f"--agent: the run holds {ag.num} agents' weights (agents.mode="
+                     f"{ag.mode!r}); pass --agent in [0, {ag.num})")
+  if not ag.stacked and agent not in (-1, 0):
+    raise ValueError(f"--agent {agent}: the run has one network (agents.mode=shared)")
   tok = run_tokenizer(workdir, c)
   place = make_placement(_one_device_mesh(c))
   with place.context():
     rp = load_run_policy(workdir, tok.vocab_size, place, which=which)
+    if ag.stacked:  # agent k's slice is an ordinary (LoRA) policy
+      from agent_rl.agents.params import select_agent
+      rp = rp._replace(params=select_agent(ag.mode, rp.params, agent, lm_only=True))
     # PEFT's base_model_name_or_path must be loadable by transformers: a HF dir, not a run.
     base = c.model.init_from if is_hf_checkpoint(c.model.init_from) else None
     info = export_policy(out, rp.model_cfg, rp.params, tok, lora_mode=lora_mode, base=base)
@@ -122,8 +134,8 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   f = flags.FLAGS
-  print(json.dumps(export_run(f.workdir, f.out, which=f.checkpoint, lora_mode=f.lora), indent=2,
-                   default=str))
+  print(json.dumps(export_run(f.workdir, f.out, which=f.checkpoint, lora_mode=f.lora,
+                              agent=f.agent), indent=2, default=str))
 
 
 def _define_flags():
@@ -133,6 +145,7 @@ def _define_flags():
   flags.DEFINE_enum("checkpoint", "best", ["best", "latest"], "which checkpoint of the run")
   flags.DEFINE_enum("lora", "merged", list(LORA_MODES),
                     "LoRA runs: merged weights or a PEFT adapter directory")
+  flags.DEFINE_integer("agent", -1, "runs with per-agent weights: which agent to export")
   flags.mark_flags_as_required(["workdir", "out"])
 
 

@@ -23,6 +23,11 @@ An environment is a frozen (hashable, hence jit-static) dataclass with pure meth
 - Every `info` key beyond the fixed ones (`success, valid_action, state_hash, reward_terms,
   milestone, fatal, agent_id`) must be one value per episode; the rollout stores it as a
   turn-level extra `EpisodeBatch.extras[key] [N, T]` that credit kernels can read.
+- Several agents (agent_rl.agents): `env.roles` names the roles; every step emits
+  `info["agent_id"]` (who acted) and `info["next_agent"]` (who acts next; the loop routes the
+  next turn to that agent's weights), `env.first_agent(state)` says who acts turn 0 (default
+  0), observations are the next agent's view, and `env.role_reward_terms` may name one reward
+  term per role (its own reward). envs/roles.py puts any env's turns on a role schedule.
 - Episode limits: an env whose episodes end after a budget of steps (or turns) counts them in
   its state and applies `step_limit`, the one shared max-steps rule; it reports
   `info["truncated"]` (ended by the budget, not by the task).

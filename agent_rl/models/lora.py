@@ -154,8 +154,23 @@ def delta(module: nnx.Module, name: str, x: jax.Array, scale: float, out_dtype,
     x = dropout(x, jax.random.fold_in(key, TARGETS.index(name)), module.lora_dropout)
   a = getattr(module, f"{name}_lora_a")[...]
   b = getattr(module, f"{name}_lora_b")[...]
+  if a.ndim + b.ndim == getattr(module, name)[...].ndim + 4:
+    return _row_delta(x, a, b, scale, out_dtype)
   h = dense(x, a.reshape(-1, a.shape[-1]))
   return dense(h, b.reshape(b.shape[0], -1), out_dtype=out_dtype) * jnp.asarray(scale, out_dtype)
+
+
+def _row_delta(x, a, b, scale, out_dtype):
+  """Per-row adapters (multi-agent LoRA, `agents.params.gather_rows`): a [B, *in, r] and
+  b [B, r, *out], row i of x [B * ..., in] (row-major, rows leading) through adapter i: the
+  batched-gather LoRA of S-LoRA / Punica (BGMV), float32 accumulation as `dense`."""
+  rows, r = a.shape[0], a.shape[-1]
+  xr = x.reshape(rows, -1, x.shape[-1])
+  h = jnp.einsum("bmi,bir->bmr", xr, a.reshape(rows, -1, r).astype(x.dtype),
+                 preferred_element_type=jnp.float32).astype(x.dtype)
+  y = jnp.einsum("bmr,bro->bmo", h, b.reshape(rows, r, -1).astype(x.dtype),
+                 preferred_element_type=jnp.float32)
+  return (y * scale).astype(out_dtype).reshape(*x.shape[:-1], y.shape[-1])
 
 
 def _as_dict(state) -> Dict[str, Any]:

@@ -26,3 +26,4 @@ class Minibatch(NamedTuple):
   ref_logprobs: Optional[jax.Array] = None  # [B, L]
   teacher_logprobs: Optional[jax.Array] = None  # [B, L] distillation teacher's, sampled tokens
   sample_logprobs: Optional[jax.Array] = None  # [B, L]
+  agent: Optional[jax.Array] = None  # [B] i32: the row's acting agent (several agents' weights)

@@ -24,7 +24,7 @@ from agent_rl.rollout.layout import TokenBuffer
 
 # info keys with a fixed place in the EpisodeBatch; every other key is an extra.
 FIXED_INFO = ("success", "valid_action", "state_hash", "reward_terms", "agent_id", "milestone",
-              "fatal")
+              "fatal", "next_agent")
 
 
 @struct.dataclass
@@ -80,6 +80,7 @@ class EpisodeCarry:
   state_hash: jax.Array       # [N] u32: fingerprint of the current env state
   sample_keys: jax.Array      # [N, 2] u32: per-episode sampling keys
   decode_steps: jax.Array     # [] i32: decode steps run (all rows together)
+  agent: jax.Array            # [N] i32: the agent who acts the next turn (multi-agent envs)
   layout: Any                 # the history layout's own state (history.py)
 
 

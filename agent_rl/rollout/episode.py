@@ -147,6 +147,12 @@ class EpisodeLoop:
     live = jnp.arange(obs.tokens.shape[-1])[None, :] < obs.length[:, None]
     return jax.vmap(fingerprint)(jnp.where(live, obs.tokens, -1), obs.length)
 
+  def _first_agent(self, state) -> jax.Array:
+    """`[N]` i32: who acts turn 0 (`env.first_agent(state)` of a multi-agent env, else 0)."""
+    if hasattr(self.env, "first_agent"):
+      return jax.vmap(self.env.first_agent)(state).astype(jnp.int32)
+    return jnp.zeros((self.n,), jnp.int32)
+
   # -- the loop ----------------------------------------------------------------------------
   def start(self, params, state, obs: Text, keys: jax.Array,
             hash0: Optional[jax.Array] = None) -> EpisodeCarry:
@@ -169,7 +175,7 @@ class EpisodeLoop:
         gate_cut=~on, episode_return=jnp.zeros((n,), jnp.float32), num_turns=zero,
         window_dropped_turns=zero, window_truncated_samples=zero, action_budget_hit=zero,
         state_hash=self._hash0(state, obs) if hash0 is None else hash0, sample_keys=keys,
-        decode_steps=jnp.zeros((), jnp.int32),
+        decode_steps=jnp.zeros((), jnp.int32), agent=self._first_agent(state),
         layout=self.history.start(self, params, tok, valid, length))
 
   def act(self, params, carry: EpisodeCarry, t, cand: Optional[jax.Array] = None):
@@ -178,6 +184,8 @@ class EpisodeLoop:
     keys = jax.vmap(jax.random.fold_in, (0, None))(c.sample_keys, t)
     if cand is not None:
       keys = jax.vmap(jax.random.fold_in)(keys, cand)
+    if self.policy.route is not None:  # each row under its acting agent's weights
+      params = self.policy.route(params, c.agent)
     c, gen = self.history.generate(self, params, c, t, active, keys)
     block = TokenBuffer(tokens=gen.tokens, loss_mask=gen.valid.astype(jnp.float32),
                         turn_index=jnp.where(gen.valid, t, -1).astype(jnp.int32),
@@ -210,7 +218,9 @@ class EpisodeLoop:
     fixed = dict(reward=reward, done=done, valid=m, success=info["success"],
                  valid_action=info["valid_action"], state_hash=c.state_hash,
                  next_hash=info["state_hash"],
-                 agent_id=info.get("agent_id", jnp.zeros((self.n,), jnp.int32)),
+                 # A multi-agent env says who acts next; the acting agent is the loop's own.
+                 agent_id=(c.agent if "next_agent" in info else
+                           info.get("agent_id", jnp.zeros((self.n,), jnp.int32))),
                  milestone=info.get("milestone", zb), fatal=info.get("fatal", zb))
     extras = {k: c.extras[k].at[:, t].set(jnp.where(m, v, 0).astype(c.extras[k].dtype))
               for k, v in extra_values(info, self.extras).items()}
@@ -221,6 +231,7 @@ class EpisodeLoop:
         turns=c.turns.write(t, m, fixed), extras=extras,
         state_hash=jnp.where(m, info["state_hash"].astype(jnp.uint32), c.state_hash),
         alive=m & ~done.astype(bool), num_turns=c.num_turns + m,
+        agent=jnp.where(m, info.get("next_agent", c.agent), c.agent).astype(jnp.int32),
         episode_return=c.episode_return + jnp.where(m, reward, 0.0))
     if self.cfg.gate is not None:
       cut_g, _, _ = gate_groups(c.action_symbols, c.num_turns, self.cfg.group_size, self.cfg.gate)

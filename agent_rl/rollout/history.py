@@ -47,6 +47,10 @@ class ConcatenatedHistory:
 
   def __init__(self, loop):
     cfg = loop.cfg
+    if loop.policy.route is not None:
+      raise ValueError("per-agent parameters (config.agents.mode lora|separate) need "
+                       "rollout.history='windowed': in one concatenated transcript every agent "
+                       "would need its own KV cache of the whole episode")
     self.budget = cfg.max_context
     self.buffer_len = min(loop.hist, cfg.max_context) if cfg.max_context else loop.hist
     if self.buffer_len < loop.bf + loop.a:

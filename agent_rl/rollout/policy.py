@@ -33,6 +33,10 @@ class Policy:
   # scripted replay's turn counter): windowed history starts every turn from a fresh cache,
   # and this tells it which turn it is. None for models (a fresh KV cache is all they need).
   turn_cache: Optional[Callable[[Any, Any], Any]] = None
+  # Optional `(params, agent [N] i32) -> routed params` for several agents' parameters
+  # (agent_rl.agents): each turn the episode loop hands the policy functions the params routed
+  # to the row's acting agent. None: one set of weights for every row (shared / single agent).
+  route: Optional[Callable[[Any, Any], Any]] = None
 
   @classmethod
   def from_model(cls, model_cfg: Any, graphdef: Any) -> "Policy":

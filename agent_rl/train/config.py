@@ -65,6 +65,10 @@ def base_config() -> mlc.ConfigDict:
       strategy="plain", strategy_kwargs=mlc.ConfigDict(),
   ))
   c.credit = mlc.ConfigDict(dict(name="grpo", kwargs=mlc.ConfigDict()))
+  # Several agents in an episode (agent_rl.agents; the env names its roles): one network with
+  # role prompts (shared), one LoRA adapter per agent on a shared base (lora, needs
+  # model.lora.rank > 0) or a full copy per agent (separate); both need windowed history.
+  c.agents = mlc.ConfigDict(dict(mode="shared", num=0))  # num 0 = the env's role count
   c.loss = mlc.ConfigDict(dict(
       name="vanilla", agg_mode="token-mean", kwargs=mlc.ConfigDict(),
       entropy_coef=0.0,
@@ -131,7 +135,11 @@ def base_config() -> mlc.ConfigDict:
   # holding the env's privileged text, scores the sampled tokens; the log-prob gap reweights
   # the advantages. mode "" = off | weight | bonus (losses.distill.hindsight_gap_advantages).
   c.hindsight = mlc.ConfigDict(dict(mode="", beta=1.0, gap_clip=2.0, normalize=True))
-  c.eval = mlc.ConfigDict(dict(num_tasks=64, seed=10_000, greedy=True, k=4))
+  c.eval = mlc.ConfigDict(dict(
+      num_tasks=64, seed=10_000, greedy=True, k=4,
+      # Extra held-out panels: name -> env kwargs overriding env.kwargs (e.g. DealLite against
+      # a scripted counterpart: {"fair": {"opponent": "fair"}}), reported as eval/<name>/...
+      variant_kwargs=mlc.ConfigDict()))
   c.mesh = mlc.ConfigDict(dict(
       data=-1, fsdp=1, tensor=1,  # per slice; one axis may be -1 (fills the devices)
       # Multi-slice (DCN) factor of each axis, e.g. dcn.data=2 for two TPU slices.
@@ -227,10 +235,14 @@ def validate(c: mlc.ConfigDict) -> None:
     need(os.path.isdir(c.model.init_from), "model.init_from",
          f"{c.model.init_from!r} is not a directory")
   _validate_mesh(c, need)
+  need(not (host_envs.is_host(c.env.name) and len(c.eval.variant_kwargs)), "eval.variant_kwargs",
+       "extra eval panels are env kwargs of a JAX env; host envs evaluate on env.host.eval_split")
   from agent_rl.reward.config import validate_reward
   validate_reward(c, need)
   from agent_rl.train.hindsight import validate_hindsight
   validate_hindsight(c, need)
+  from agent_rl.agents.config import validate_agents
+  validate_agents(c, need)
   from agent_rl.metrics import check_log_config
   check_log_config(c.log)
 

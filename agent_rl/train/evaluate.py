@@ -15,11 +15,11 @@ from absl import app, flags, logging
 
 from agent_rl.eval.evaluate import episode_config, evaluate
 from agent_rl.parallel.placement import make_placement
-from agent_rl.rollout.policy import Policy
+from agent_rl.agents.routing import rollout_policy
 from agent_rl.train.cli import define_config_flag
 from agent_rl.train.config import check_fields
 from agent_rl.train.metrics import to_host
-from agent_rl.train.pretrained import load_run_policy
+from agent_rl.train.pretrained import load_run_policy, run_agents
 from agent_rl.train.setup import build
 
 _CONFIG = define_config_flag("config", "the run's config file")
@@ -37,7 +37,9 @@ def evaluate_checkpoint(c, workdir: str, which: str = "latest") -> dict:
     setup = build(c, workdir)
     ecfg = episode_config(c, setup.tokenizer)
     rp = load_run_policy(workdir, setup.model_cfg.vocab_size, place, which=which)
-    m = to_host(evaluate(Policy.from_model(rp.model_cfg, rp.lm_graphdef), rp.params, setup.env,
+    ag = run_agents(workdir)
+    policy = rollout_policy(ag.mode, rp.model_cfg, rp.lm_graphdef, ag.num)
+    m = to_host(evaluate(policy, rp.params, setup.env,
                          setup.pieces,
                          ecfg, num_tasks=c.eval.num_tasks, seed=c.eval.seed, k=c.eval.k,
                          greedy=c.eval.greedy, place=place.batch))

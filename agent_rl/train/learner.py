@@ -37,6 +37,10 @@ def prepare(batch: EpisodeBatch, credit: Credit) -> Minibatch:
   if batch.segment_len:
     s = batch.segment_len
     mb = jax.tree.map(lambda x: x.reshape(-1, s), mb)
+    # Row n * T + t is turn t of episode n: its acting agent (agent_rl.agents routes on it).
+    mb = mb._replace(agent=batch.agent_id.reshape(-1))
+  else:  # one row per episode (shared weights only): the agent of its first turn
+    mb = mb._replace(agent=batch.agent_id[:, 0])
   return mb
 
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 
+from agent_rl.agents import agent_metrics, attach_agent_return, check_checkpoint, role_terms
 from agent_rl.credit import baseline
 from agent_rl.envs.tasks import batched_sampler
 from agent_rl.envs.tools import tool_metrics
@@ -23,7 +24,7 @@ from agent_rl.eval.evaluate import evaluate
 from agent_rl.objective import shapers
 from agent_rl.parallel.distributed import main_process_first
 from agent_rl.train import hindsight, learner, sft
-from agent_rl.train.checkpoint import RunCheckpoint
+from agent_rl.train.checkpoint import CheckpointLayoutError, RunCheckpoint
 from agent_rl.train.metrics import check_finite, progress, to_host
 from agent_rl.train.state import StateSpec, TrainState, copy_tree, new_train_state
 
@@ -45,6 +46,7 @@ class Meta:
   iteration: int = 0
   best_eval_success: float = -1.0
   shaper_state: dict = dataclasses.field(default_factory=dict)  # e.g. the adaptive KL beta
+  agents: str = ""  # agents.Agents.tag of the run ("" in checkpoints from before issue 21)
 
   @property
   def global_step(self) -> int:
@@ -90,6 +92,7 @@ class Run:
   writer: Any
   kill_after: Optional[int] = None
   reward_model: Optional[Any] = None  # reward.use.RewardSource of config.reward.model
+  eval_envs: tuple = ()  # (name, env, prompt pieces) of each config.eval.variant_kwargs panel
 
   @property
   def sft_steps(self) -> int:
@@ -103,10 +106,15 @@ class Run:
 # -- shared steps -----------------------------------------------------------------------------
 
 def evaluate_params(run: Run, params) -> dict:
+  """eval/... on the run's env, and eval/<name>/... on each `eval.variant_kwargs` panel."""
   c = run.c
-  return to_host(evaluate(run.policy, params["lm"], run.setup.env, run.setup.pieces, run.ecfg,
-                          num_tasks=c.eval.num_tasks, seed=c.eval.seed, k=c.eval.k,
-                          greedy=c.eval.greedy, place=run.spec.place.batch))
+  panels = (("", run.setup.env, run.setup.pieces),) + tuple(run.eval_envs)
+  out = {}
+  for name, env, pieces in panels:
+    m = evaluate(run.policy, params["lm"], env, pieces, run.ecfg, num_tasks=c.eval.num_tasks,
+                 seed=c.eval.seed, k=c.eval.k, greedy=c.eval.greedy, place=run.spec.place.batch)
+    out.update({k.replace("eval/", f"eval/{name}/", 1) if name else k: v for k, v in m.items()})
+  return to_host(out)
 
 
 def log_episodes(run: Run, params, step: int, tag: str) -> None:
@@ -139,6 +147,10 @@ def exit_if_preempted(run: Run, prog: Progress, where: str) -> None:
 def restore_targets(run: Run) -> Callable[[dict], tuple]:
   """Abstract restore targets for a checkpoint's phase (optimizer state of that phase)."""
   def targets(meta: dict):
+    try:  # raised as a layout error: never "corrupt", so the step is not moved aside
+      check_checkpoint(meta.get("agents", ""), run.setup.agents, run.ckpt.directory)
+    except ValueError as e:
+      raise CheckpointLayoutError(str(e)) from None
     phase = Meta.from_json(meta).phase
     t = run.spec.abstract_train_state(run.rl_opt if phase == "rl" else run.sft_opt)
     ref = run.spec.abstract_params(lm_only=True) if (run.uses_reference and phase == "rl") else None
@@ -148,9 +160,11 @@ def restore_targets(run: Run) -> Callable[[dict], tuple]:
 
 def initial_progress(run: Run, params) -> Progress:
   """A fresh run: SFT first when configured, else straight to RL."""
+  tag = run.setup.agents.tag
   if run.sft_steps:
-    return Progress(new_train_state(run.spec, params, run.sft_opt, run.c.seed), Meta("sft"))
-  return start_rl(run, params, Meta("rl", shaper_state=shapers.initial_state(run.c)))
+    return Progress(new_train_state(run.spec, params, run.sft_opt, run.c.seed),
+                    Meta("sft", agents=tag))
+  return start_rl(run, params, Meta("rl", shaper_state=shapers.initial_state(run.c), agents=tag))
 
 
 def resume(run: Run) -> Optional[Progress]:
@@ -221,6 +235,9 @@ def rl_batch(run: Run, prog: Progress, it: int):
   tasks = place.batch(batched_sampler(run.setup.env)(jax.random.split(k_tasks, c.rollout.num_tasks)))
   batch, rmetrics = run.strategy.run(run.roll_fn, params["lm"], tasks, k_roll, **run.strategy_kwargs)
   rmetrics = {**rmetrics, **tool_metrics(batch)}  # tool calls, answer rate, EM/F1 (tool envs)
+  if run.setup.agents.num > 1:  # per-role rewards -> agent_return; per-agent metrics
+    batch = attach_agent_return(batch, run.setup.env)
+    rmetrics.update(agent_metrics(batch, run.setup.agents.num, role_terms(run.setup.env)))
   if run.baseline_fn is not None:  # ReMax: the greedy return of the same tasks (same reset keys)
     batch, bm = baseline.attach_baseline_return(batch, run.baseline_fn, params["lm"], tasks, k_roll)
     rmetrics = {**rmetrics, **bm}

@@ -108,10 +108,13 @@ def _dropout_keys(cfg: ModelConfig, key: Optional[jax.Array]):
 
 
 def make_apply(graphdef):
-  """`apply(params, tokens, positions, valid, dropout_key=None) -> TokenStats` for a split
-  ActorCritic; the training losses pass their step key as `dropout_key` (LoRA dropout)."""
+  """`apply(params, tokens, positions, valid, dropout_key=None, agent=None) -> TokenStats` for
+  a split ActorCritic; the training losses pass their step key as `dropout_key` (LoRA
+  dropout) and each row's acting agent as `agent` (one network: unused here; per-agent
+  weights route on it in `agents.routing.make_apply`)."""
 
-  def apply(params, tokens, positions, valid, dropout_key=None) -> TokenStats:
+  def apply(params, tokens, positions, valid, dropout_key=None, agent=None) -> TokenStats:
+    del agent
     return nnx.merge(graphdef, params).token_stats(tokens, positions, valid,
                                                    dropout_key=dropout_key)
 

@@ -89,6 +89,28 @@ class RunPolicy(NamedTuple):
   meta: dict  # that checkpoint's meta (phase, iteration, ...)
 
 
+AGENTS_FILE = "agents.json"  # the run's resolved agents (config.agents.num may say 0: the env's)
+
+
+def save_run_agents(agents, workdir: str) -> None:
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, AGENTS_FILE), "w") as f:
+      json.dump({"mode": agents.mode, "num": agents.num}, f)
+
+
+def run_agents(workdir: str):
+  """agents.Agents of a run (its params are stacked for lora / separate): WORKDIR/agents.json
+  as the run resolved them, else (older runs) the saved config's."""
+  from agent_rl.agents.config import Agents
+  path = os.path.join(workdir, AGENTS_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      d = json.load(f)
+    return Agents(str(d["mode"]), int(d["num"]))
+  tc = load_run_config(workdir)
+  return Agents(tc.agents.mode, max(int(tc.agents.num), 1))
+
+
 def load_run_policy(workdir: str, vocab_size: int, place: Placement, *, which: str = "best"
                     ) -> RunPolicy:
   """The policy of a finished or running agent_rl run, on `place`:
@@ -97,7 +119,7 @@ def load_run_policy(workdir: str, vocab_size: int, place: Placement, *, which: s
   only the policy LM's params are read (no optimizer state, no critic)."""
   tc = load_run_config(workdir)
   mcfg = model_config(tc, vocab_size)
-  spec = state_spec(model_factory(tc, mcfg), place)
+  spec = state_spec(model_factory(tc, mcfg, run_agents(workdir)), place)
   d = checkpoint_dir(workdir)
   if not os.path.isdir(d):
     raise FileNotFoundError(f"{workdir}: no checkpoints/ directory")
@@ -137,6 +159,10 @@ def init_from(c: mlc.ConfigDict, model_cfg: Any, place: Placement) -> Any:
   if os.path.exists(os.path.join(path, CONFIG_FILE)) and not os.path.exists(
       os.path.join(path, "model.safetensors")) and not os.path.exists(
       os.path.join(path, "model.safetensors.index.json")):
+    agents = run_agents(path)
+    if agents.stacked:
+      raise ValueError(f"config.model.init_from: the run in {path} holds agents {agents.tag!r} "
+                       "(stacked per-agent weights); start from a single-network run")
     mcfg, _, params, _, _ = load_run_policy(path, model_cfg.vocab_size, place)
     if mcfg != model_cfg:
       raise ValueError(f"config.model.init_from: the run in {path} has model {mcfg}, this run "

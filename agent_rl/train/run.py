@@ -16,6 +16,7 @@ import os
 import jax
 import ml_collections as mlc
 
+from agent_rl import agents
 from agent_rl import credit as credit_lib
 from agent_rl.envs.tasks import batched_sampler
 from agent_rl.eval.evaluate import episode_config
@@ -25,7 +26,6 @@ from agent_rl.parallel.distributed import main_process_first
 from agent_rl.parallel.memory import report as memory_report
 from agent_rl.parallel.placement import Placement, make_placement
 from agent_rl.rollout.compiled import make_rollout
-from agent_rl.rollout.policy import Policy
 from agent_rl.rollout.strategies import STRATEGIES
 from agent_rl.train import hindsight, lora_learner, phases, pretrained, sft
 from agent_rl.train.checkpoint import RunCheckpoint
@@ -33,8 +33,7 @@ from agent_rl.train.config import validate
 from agent_rl.train.metrics import MetricWriter
 from agent_rl.train.optim import make_optimizer
 from agent_rl.train.phases import Preempted, SimulatedKill  # noqa: F401 (re-exported)
-from agent_rl.train.policy import make_apply
-from agent_rl.train.setup import build, model_factory
+from agent_rl.train.setup import build, eval_variants, model_factory
 from agent_rl.train.epochs import make_scan_update
 from agent_rl.train.state import init_params, jit_step, jit_update, state_spec
 from agent_rl.train.step import make_train_step
@@ -85,7 +84,9 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   `eval_shape` of the model), optimizers, the jitted steps, the rollout, the checkpoint."""
   setup = main_process_first(lambda: build(c, workdir), "build")
   ecfg = episode_config(c, setup.tokenizer)
-  spec = state_spec(model_factory(c, setup.model_cfg), place)
+  ag = setup.agents
+  pretrained.save_run_agents(ag, workdir)  # the resolved count (eval, export, teachers read it)
+  spec = state_spec(model_factory(c, setup.model_cfg, ag), place)
   sft_steps, iters = int(c.sft.steps), int(c.train.iterations)
   updates = c.train.epochs * (c.rollout.num_tasks * c.rollout.group_size // c.train.minibatch_episodes)
   if ecfg.history == "windowed":
@@ -95,7 +96,7 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
                                                schedule="constant")), max(sft_steps, 1))
   if setup.model_cfg.lora is not None:  # only adapters (and a critic head) train and hold state
     rl_opt, sft_opt = lora_learner.freeze_base(rl_opt), lora_learner.freeze_base(sft_opt)
-  policy = Policy.from_model(setup.model_cfg, spec.lm_graphdef)
+  policy = agents.rollout_policy(ag.mode, setup.model_cfg, spec.lm_graphdef, ag.num)
   strategy = STRATEGIES.get(c.rollout.strategy)
   strat_kw = dict(c.rollout.strategy_kwargs)
   # A host env (envs/host/) drives its own loop: the worker pool, two halves in flight.
@@ -116,12 +117,13 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
                  if needs.baseline_rollout else None)
   startup_report(c, spec, rl_opt, setup, roll_fn)
 
-  apply_fn = make_apply(spec.graphdef)
+  apply_fn = agents.make_apply(ag.mode, spec.graphdef)  # rows under their agent's weights
   objective = build_objective(c)
   # The step key also drives LoRA dropout in the loss's forward (not in the rollout's old
   # log-probs): the ratio's numerator is the dropped-out policy, as PEFT-trained TRL PPO.
   rl_loss = lambda params, mb, key: objective(
-      apply_fn(params, mb.tokens, mb.position, mb.attention_mask, dropout_key=key), mb, key)
+      apply_fn(params, mb.tokens, mb.position, mb.attention_mask, dropout_key=key,
+               agent=mb.agent), mb, key)
   sft_loss = sft.make_sft_loss(apply_fn)
   if setup.model_cfg.lora is not None:  # no base-weight gradients are computed at all
     rl_loss, sft_loss = lora_learner.frozen_loss(rl_loss), lora_learner.frozen_loss(sft_loss)
@@ -138,7 +140,9 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   # Hyperparameters are bound before jit (static); the kernel compiles once per shape.
   credit_fn = jax.jit(functools.partial(credit_lib.get(c.credit.name), **dict(c.credit.kwargs)))
   mb_rows = c.train.minibatch_episodes * (c.rollout.max_turns if ecfg.history == "windowed" else 1)
-  scan = make_scan_update(make_train_step(rl_loss, rl_opt), epochs=int(c.train.epochs),
+  grad_metrics = functools.partial(agents.per_agent_norms, ag.mode, num=ag.num)
+  scan = make_scan_update(make_train_step(rl_loss, rl_opt, grad_metrics),
+                          epochs=int(c.train.epochs),
                           minibatch_rows=int(mb_rows))
 
   def rl_train_step(state, rows, key):  # one iteration's epochs x minibatches, one program
@@ -151,7 +155,8 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
       credit_fn=credit_fn, roll_fn=roll_fn, baseline_fn=baseline_fn, strategy=strategy,
       strategy_kwargs=strat_kw,
       uses_reference=uses_reference(c), teacher=teacher, reward_model=reward_model, ckpt=ckpt,
-      writer=MetricWriter.from_config(c, workdir), kill_after=kill_after)
+      writer=MetricWriter.from_config(c, workdir), kill_after=kill_after,
+      eval_envs=eval_variants(c, setup))
 
 
 def save_steps(c) -> list[int]:
@@ -184,6 +189,8 @@ def startup_report(c, spec, optimizer, setup, roll_fn) -> str:
   rows = c.train.minibatch_episodes
   if batch.segment_len:
     length, rows = batch.segment_len, rows * c.rollout.max_turns
+  if setup.agents is not None and setup.agents.mode == "separate":  # every agent reads every row
+    rows *= setup.agents.num
   rep = memory_report(mesh=place.mesh, rules=place.rules, params=spec.params,
                       params_shardings=spec.param_shardings, optimizer=opt, opt_shardings=opt_sh,
                       model_cfg=setup.model_cfg, episodes=n, cache_len=length, rows=rows,

@@ -85,6 +85,7 @@ class Setup:
   env: Any
   pieces: PromptPieces
   model_cfg: models.ModelConfig
+  agents: Any = None  # agents.Agents: the run's agents (mode, count), from config and env
 
 
 def build(c: mlc.ConfigDict, workdir: str) -> Setup:
@@ -94,7 +95,24 @@ def build(c: mlc.ConfigDict, workdir: str) -> Setup:
          envs.make(c.env.name, tokenizer=tok, **dict(c.env.kwargs)))
   pieces = chat_pieces(tok, env.instruction, SYSTEM_PROMPT)
   mcfg = model_config(c, tok.vocab_size)
-  return Setup(tokenizer=tok, env=env, pieces=pieces, model_cfg=mcfg)
+  from agent_rl.agents.config import resolve
+  return Setup(tokenizer=tok, env=env, pieces=pieces, model_cfg=mcfg, agents=resolve(c, env))
+
+
+def eval_variants(c: mlc.ConfigDict, setup: Setup) -> tuple:
+  """`(name, env, pieces)` of each `config.eval.variant_kwargs` panel: the run's env with
+  those kwargs over `env.kwargs` (errors name the panel)."""
+  out = []
+  for name, over in sorted(dict(c.eval.variant_kwargs).items()):
+    if not hasattr(over, "items") or not name or "/" in name:
+      raise ValueError(f"config.eval.variant_kwargs.{name}: must map a panel name (no '/') to "
+                       f"a dict of env kwargs, got {over!r}")
+    try:
+      env = envs.make(c.env.name, tokenizer=setup.tokenizer, **{**dict(c.env.kwargs), **dict(over)})
+    except (TypeError, ValueError) as e:
+      raise ValueError(f"config.eval.variant_kwargs.{name}: {e}") from None
+    out.append((name, env, chat_pieces(setup.tokenizer, env.instruction, SYSTEM_PROMPT)))
+  return tuple(out)
 
 
 LOGIT_CHUNK_ELEMENTS = 2 ** 24  # f32 logits per chunk of the learner's log-probs (64 MiB)
@@ -111,13 +129,19 @@ def logprob_chunk(configured: int, vocab_size: int) -> int:
   return 0 if vocab_size <= SMALL_VOCAB else max(256, LOGIT_CHUNK_ELEMENTS // vocab_size)
 
 
-def model_factory(c: mlc.ConfigDict, model_cfg: models.ModelConfig):
-  """`() -> ActorCritic` of the run (policy LM + the configured critic), seeded by config.seed."""
+def model_factory(c: mlc.ConfigDict, model_cfg: models.ModelConfig, agents=None):
+  """`() -> ActorCritic` of the run (policy LM + the configured critic), seeded by config.seed;
+  with `agents` (agents.Agents) of a stacked mode, its K agents' leaves stacked
+  (agents.params.stacked_factory)."""
   from flax import nnx
+  from agent_rl.agents.params import stacked_factory
   from agent_rl.train.policy import ActorCritic
   chunk = logprob_chunk(int(c.model.logprob_chunk), model_cfg.vocab_size)
-  return lambda: ActorCritic(model_cfg, c.model.critic, logprob_chunk=chunk,
-                             rngs=nnx.Rngs(c.seed))
+  make = lambda seed: ActorCritic(model_cfg, c.model.critic, logprob_chunk=chunk,
+                                  rngs=nnx.Rngs(seed))
+  if agents is None:
+    return lambda: make(c.seed)
+  return stacked_factory(make, agents.mode, agents.num, int(c.seed))
 
 
 def is_hf_checkpoint(path: str) -> bool:

@@ -56,6 +56,9 @@ def demo_rows(c, setup, ecfg, workdir: str) -> Minibatch:
                    advantages=jnp.zeros_like(batch.logprobs))
   if batch.segment_len:
     rows = jax.tree.map(lambda x: x.reshape(-1, batch.segment_len), rows)
+  # Each row's acting agent (the env's schedule during the replay), for per-agent weights.
+  rows = rows._replace(agent=batch.agent_id.reshape(-1) if batch.segment_len else
+                       batch.agent_id[:, 0])
   print(f"SFT demos: {len(demos)} tasks, replayed success {float(metrics['rollout/success']):.3f}",
         flush=True)
   return rows
@@ -64,7 +67,8 @@ def demo_rows(c, setup, ecfg, workdir: str) -> Minibatch:
 def make_sft_loss(apply_fn):
   def loss_fn(params, mb: Minibatch, key):
     # key: the step's, for LoRA dropout (models.lora) in this training forward.
-    stats = apply_fn(params, mb.tokens, mb.position, mb.attention_mask, dropout_key=key)
+    stats = apply_fn(params, mb.tokens, mb.position, mb.attention_mask, dropout_key=key,
+                     agent=mb.agent)
     loss, m = losses.sft_loss(stats.logprobs, mb.loss_mask)
     return loss, {f"sft/{k}": v for k, v in m.items()} | {"sft/loss": loss}
   return loss_fn

@@ -11,7 +11,7 @@ behaviour log-prob of token t.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import jax
 import optax
@@ -20,9 +20,11 @@ from agent_rl.objective.minibatch import Minibatch  # noqa: F401 (the step's inp
 from agent_rl.train.state import TrainState
 
 
-def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation) -> Callable:
+def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation,
+                    grad_metrics: Optional[Callable] = None) -> Callable:
   """`train_step(state, mb) -> (state, metrics)` (not yet jitted: the caller jits it with
-  its shardings and `donate_argnums=0`)."""
+  its shardings and `donate_argnums=0`). grad_metrics: optional `grads -> {name: scalar}`
+  (per-agent gradient norms, agents.params.per_agent_norms)."""
 
   def train_step(state: TrainState, mb: Minibatch):
     key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
@@ -30,6 +32,8 @@ def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation) 
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics["grad/norm"] = optax.global_norm(grads)
+    if grad_metrics is not None:
+      metrics.update(grad_metrics(grads))
     metrics["param/norm"] = optax.global_norm(params)
     return state.replace(params=params, opt_state=opt_state, step=state.step + 1), metrics
 

@@ -38,6 +38,7 @@ EXTRA_GEN = {
     "parent": lambda r: np.repeat(r.integers(-1, N, (N, 1)), T, 1).astype(np.int32),
     "skill_return": lambda r: np.repeat(r.random((N, 1)), T, 1).astype(np.float32),
     "row_scores": lambda r: r.normal(size=(N, T)).astype(np.float32),
+    "agent_return": lambda r: r.normal(size=(N, T)).astype(np.float32),
     "abnormal": lambda r: r.random((N, T)) < 0.2,
     "segment_reward": lambda r: r.normal(size=(N, T)).astype(np.float32),
     "segment_id": lambda r: r.integers(0, 3, (N, T)).astype(np.int32),

@@ -18,7 +18,13 @@ ENV_KW = {"sokoban": dict(max_steps=3), "frozenlake": dict(max_steps=3), "bandit
           "countdown": dict(max_numbers=3), "minishop": dict(max_steps=3, num_products=60),
           "texthouse": dict(max_steps=3), "calc_math": dict(max_digits=2, max_turns=3),
           "ledger_stream": dict(num_chunks=2, num_questions=1, chunk_events=2),
-          "kb_search_qa": dict(num_entities=60, num_questions=8, max_turns=3), "textlab": dict(max_steps=3, repeat_goal=True, list_actions=True)}
+          "kb_search_qa": dict(num_entities=60, num_questions=8, max_turns=3), "textlab": dict(max_steps=3, repeat_goal=True, list_actions=True),
+          # Multi-agent worlds (issue 21). With -m slow: `roles` wraps any env (its own tests:
+          # tests/agents/test_rollout.py); calc_math_verify is calc_math's loop with long
+          # byte-level observations (~100 s each layout; tests/envs/calc_math/test_roles.py).
+          "deal_lite": dict(max_turns=3), "calc_math_verify": dict(max_digits=2, max_turns=3),
+          "roles": dict(base="countdown", base_kwargs={"max_numbers": 3})}
+SLOW_ENVS = {"textlab", "roles", "calc_math_verify"}
 
 
 def test_every_registered_env_is_covered():
@@ -27,7 +33,7 @@ def test_every_registered_env_is_covered():
 
 @pytest.mark.parametrize("history", ["concatenated", "windowed"])
 # textlab is texthouse with chained stages (~100 s for both layouts): -m slow.
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "textlab" else n
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_ENVS else n
                                   for n in sorted(ENV_KW)])
 def test_rollout_batch_is_valid(name, history):
   tok = ByteTokenizer()

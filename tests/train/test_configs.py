@@ -28,6 +28,8 @@ VARIANTS = {"ragen_sokoban": ["tiny", "tiny,ppo,kl_reward", "tiny,starpo_s,kl"],
             # Host games (issue 20): the real package in worker processes.
             "textworld_cooking": ["tiny"], "gigpo_alfworld": ["tiny", "tiny,grpo"],
             "scienceworld": ["tiny"],
+            # Several agents (issue 21): ibrl_deal (separate weights, DealLite) in CI.
+            "drmas_calcmath": ["tiny"], "ibrl_deal": ["tiny"],
             # A reward-model run has its own entry point (agent_rl.reward.train): tests/reward.
             "reward_model": []}
 # Budget: each world config costs ~1 min here (tokenizer corpus along solver plans, long
@@ -48,7 +50,9 @@ SLOW = {"gigpo_texthouse:tiny", "gigpo_minishop:tiny", "beacon_texthouse:tiny",
         "cleaner_calcmath:tiny", "cleaner_calcmath:tiny,fatal", "cleaner_calcmath:tiny,grpo",
         "search_r1_kbqa:tiny", "search_r1_kbqa:tiny,ppo", "pica_kbqa:tiny", "carl_kbqa:tiny",
         "uma_ledger:tiny", "uma_ledger:tiny,grpo", "textworld_cooking:tiny",
-        "gigpo_alfworld:tiny", "gigpo_alfworld:tiny,grpo", "scienceworld:tiny"}
+        "gigpo_alfworld:tiny", "gigpo_alfworld:tiny,grpo", "scienceworld:tiny",
+        # The solver/verifier world's mechanics are ibrl_deal's (tests/agents/test_run.py).
+        "drmas_calcmath:tiny"}
 CASES = [pytest.param(p, a, id=f"{os.path.basename(p)[:-3]}:{a}",
                       marks=[pytest.mark.slow] if f"{os.path.basename(p)[:-3]}:{a}" in SLOW else [])
          for p in CONFIGS for a in VARIANTS.get(os.path.basename(p)[:-3], ["tiny"])]

@@ -28,7 +28,11 @@ def test_two_processes_match_one_process(tmp_path):
                  "def get_config(arg=None):\n"
                  "  return config(num_devices=0)\n")
   multi = tmp_path / "multi"
-  env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS="", LOCAL_KILL_AFTER="10")
+  # No persistent compilation cache (tests/conftest.py) in the two processes: they compile
+  # the same programs at the same time, so it saves nothing here, and only process 0
+  # would write entries that process 1 then loads mid-run.
+  env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS="", LOCAL_KILL_AFTER="10",
+             JAX_ENABLE_COMPILATION_CACHE="false")
   proc = subprocess.run(["bash", "launch/local.sh", "--processes=2", "--fake-devices=4",
                          f"--config={cfg}", f"--workdir={multi}"], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=900)

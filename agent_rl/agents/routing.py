@@ -1,0 +1,87 @@
+"""Rows to agents: the rollout policy and the learner's forward for each parameter mode.
+
+Every batch row acts as one agent (`agent [B]` int32: the episode loop's acting agent while
+sampling, `EpisodeBatch.agent_id` of the row's turn in the learner). Per-agent parameters
+(lora, separate) need one turn per row, i.e. windowed history (`rollout.history=windowed`):
+in one concatenated transcript each agent would need its own KV cache of the whole episode.
+
+  lora      `gather_rows` hands each row its adapter; one forward (base GEMMs shared).
+  separate  every agent's forward over all rows (vmapped over the agent axis, its own caches
+            `[K, ...]`), each row keeping its agent's logits / log-probs.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+
+from agent_rl.agents.params import gather_rows, is_adapter, select_rows
+from agent_rl.rollout.policy import Policy
+
+
+def rollout_policy(mode: str, model_cfg: Any, lm_graphdef: Any, num: int) -> Policy:
+  """The rollout Policy of a run's agents (shared: the plain Transformer policy)."""
+  from agent_rl import models
+  base = Policy.from_model(model_cfg, lm_graphdef)
+  if mode == "shared":
+    return base
+  if mode == "lora":
+    return dataclasses.replace(base, route=lambda params, agent: gather_rows(mode, params, agent))
+  if mode != "separate":
+    raise ValueError(f"config.agents.mode: unknown mode {mode!r}")
+
+  def init_cache(cfg, batch, max_len):
+    return jax.vmap(lambda _: models.init_cache(cfg, batch, max_len))(jnp.arange(num))
+
+  def prefill(graphdef, routed, tokens, positions, valid, cache, rows=None):
+    params, agent = routed
+    run = lambda p, c: models.prefill(graphdef, p, tokens, positions, valid, c, rows=rows)
+    out, hidden, cache = jax.vmap(run)(params, cache)
+    return select_rows(out, agent), select_rows(hidden, agent), cache
+
+  def decode_step(graphdef, routed, tokens, positions, cache, valid=None):
+    params, agent = routed
+    run = lambda p, c: models.decode_step(graphdef, p, tokens, positions, c, valid)
+    logits, hidden, cache = jax.vmap(run)(params, cache)
+    return select_rows(logits, agent), select_rows(hidden, agent), cache
+
+  def forward(graphdef, routed, tokens, positions, valid):
+    params, agent = routed
+    logits, hidden = jax.vmap(lambda p: models.forward(graphdef, p, tokens, positions, valid))(
+        params)
+    return select_rows(logits, agent), select_rows(hidden, agent)
+
+  return dataclasses.replace(base, init_cache=init_cache, prefill=prefill,
+                             decode_step=decode_step, forward=forward,
+                             route=lambda params, agent: (params, agent))
+
+
+def make_apply(mode: str, graphdef: Any):
+  """`apply(params, tokens, positions, valid, dropout_key=None, agent=None) -> TokenStats`
+  (train.policy.make_apply's, with each row `[B]` of `agent` under its own agent's weights)."""
+  from agent_rl.train.policy import TokenStats, make_apply as plain_apply
+  base = plain_apply(graphdef)
+  if mode == "shared":
+    return base
+
+  def need(agent: Optional[jax.Array], b: int) -> jax.Array:
+    if agent is None or agent.shape != (b,):
+      raise ValueError(f"agents.mode={mode!r}: the learner needs the acting agent of every row "
+                       f"([{b}] int32), got {None if agent is None else agent.shape}")
+    return agent
+
+  if mode == "lora":
+    def apply(params, tok, pos, valid, dropout_key=None, agent=None):
+      agent = need(agent, tok.shape[0])
+      routed = jax.tree_util.tree_map_with_path(
+          lambda p, a: a[agent] if is_adapter(p) else a, params)
+      return base(routed, tok, pos, valid, dropout_key=dropout_key)
+    return apply
+
+  def apply(params, tok, pos, valid, dropout_key=None, agent=None):
+    agent = need(agent, tok.shape[0])
+    stats = jax.vmap(lambda p: base(p, tok, pos, valid, dropout_key=dropout_key))(params)
+    return TokenStats(*(None if x is None else select_rows(x, agent) for x in stats))
+  return apply

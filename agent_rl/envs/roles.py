@@ -1,0 +1,155 @@
+"""Roles over any env: K agents take its turns by a fixed schedule (issue 21 §1).
+
+`envs.make("roles", tokenizer=tok, base="countdown", roles=("proposer", "solver"),
+schedule=(0, 1), base_kwargs={...})` plays the base env unchanged while the turns rotate
+over the schedule: turn t is acted by agent `schedule[t % len(schedule)]` (default: round
+robin over the roles; a fixed graph such as solver -> verifier -> solver is `(0, 1, 0)`;
+`offset_by_task=True` starts each episode at a different point of the cycle, the
+"staggered" schedules in which different episodes are at different roles). Each
+observation starts with the next agent's role line ("You are the solver.") so a shared
+network knows who it is, and info says `agent_id` / `next_agent` (the multi-agent env
+contract, envs/base.py). Rewards are the base env's (a team reward); envs whose roles are
+paid differently (DealLite, CalcMath verify) define their own rules.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from agent_rl.envs.base import ENVS, Text, TokenizerLike, fingerprint, make
+from agent_rl.envs.render import PieceTable
+from agent_rl.envs.tools.text import concat
+
+
+@struct.dataclass
+class RolesState:
+  inner: Any
+  turn: jax.Array    # i32 turns played
+  offset: jax.Array  # i32 where in the schedule this episode starts
+
+
+@ENVS.register("roles")
+@dataclasses.dataclass(frozen=True)
+class Roles:
+  """A base env whose turns K role-prompted agents take in a fixed schedule (docstring)."""
+  tokenizer: TokenizerLike = dataclasses.field(compare=False, hash=False, repr=False)
+  base: str = "countdown"
+  roles: tuple = ("first", "second")
+  schedule: tuple = ()
+  offset_by_task: bool = False
+  base_kwargs: Any = ()
+
+  def __post_init__(self):
+    if self.tokenizer is None:
+      raise ValueError("Roles needs tokenizer=")
+    if self.base == "roles" or self.base not in ENVS:
+      raise ValueError(f"roles.base: unknown base env {self.base!r}; known: "
+                       f"{', '.join(n for n in ENVS.names() if n != 'roles')}")
+    roles = tuple(str(r).strip() for r in (self.roles.split(",") if isinstance(self.roles, str)
+                                           else self.roles))
+    if len(roles) < 1 or not all(roles) or len(set(roles)) != len(roles):
+      raise ValueError(f"roles.roles: need distinct non-empty role names, got {self.roles!r}")
+    sched = self.schedule
+    if isinstance(sched, str):
+      sched = tuple(int(s) for s in sched.split(",") if s.strip())
+    sched = tuple(int(s) for s in sched) or tuple(range(len(roles)))
+    bad = [s for s in sched if not 0 <= s < len(roles)]
+    if bad:
+      raise ValueError(f"roles.schedule: agents {bad} name no role (roles {roles}: 0.."
+                       f"{len(roles) - 1})")
+    kw = self.base_kwargs
+    kw = tuple(sorted((dict(kw) if hasattr(kw, "items") else dict(kw)).items()))
+    object.__setattr__(self, "roles", roles)
+    object.__setattr__(self, "schedule", sched)
+    object.__setattr__(self, "base_kwargs", kw)
+    inner = make(self.base, tokenizer=self.tokenizer, **dict(kw))
+    object.__setattr__(self, "_inner", inner)
+    lines = PieceTable(self.tokenizer, [f"You are the {r}.\n" for r in roles])
+    object.__setattr__(self, "_lines", lines)
+    object.__setattr__(self, "_sched", jnp.asarray(sched, jnp.int32))
+
+  # jit-static identity: the fields plus the base env and role lines (tokenizer-dependent).
+  def _key(self):
+    return (self.base, self.roles, self.schedule, self.offset_by_task, self.base_kwargs,
+            self._inner, self._lines)
+
+  def __hash__(self):
+    return hash(self._key())
+
+  def __eq__(self, other):
+    return type(other) is type(self) and other._key() == self._key()
+
+  # -- what the run reads, the base env's --------------------------------------------------
+  @property
+  def inner(self):
+    return self._inner
+
+  @property
+  def obs_len(self) -> int:
+    return int(self._inner.obs_len) + int(self._lines.tokens.shape[1])
+
+  @property
+  def action_len(self):
+    return getattr(self._inner, "action_len", None)
+
+  @property
+  def reward_names(self):
+    return self._inner.reward_names
+
+  @property
+  def instruction(self) -> str:
+    names = ", ".join(self.roles)
+    return (f"{self._inner.instruction}\nSeveral agents ({names}) take the turns in order; "
+            "each observation says whose turn it is.")
+
+  def sample_task(self, key):
+    return self._inner.sample_task(key)
+
+  def render_text(self, task) -> str:
+    return self._inner.render_text(task)
+
+  def solve(self, task):
+    return self._inner.solve(task)
+
+  def __getattr__(self, name):  # host-side helpers of the base (plan_format, episode_texts)
+    if name.startswith("_") or name in ("first_agent",):
+      raise AttributeError(name)
+    return getattr(self._inner, name)
+
+  # -- the schedule -----------------------------------------------------------------------
+  def _agent(self, state: RolesState, turn) -> jax.Array:
+    return self._sched[(turn + state.offset) % len(self.schedule)]
+
+  def first_agent(self, state: RolesState) -> jax.Array:
+    return self._agent(state, state.turn)
+
+  def _with_line(self, agent, obs: Text) -> Text:
+    line = Text(jnp.asarray(self._lines.tokens)[agent], jnp.asarray(self._lines.lengths)[agent])
+    return concat([line, obs], self.obs_len, self.tokenizer.pad_id)
+
+  def reset(self, key, task):
+    inner, obs = self._inner.reset(key, task)
+    # The staggered start: a function of the reset key (shared by a group's members).
+    offset = (jax.random.randint(jax.random.fold_in(key, 7), (), 0, len(self.schedule))
+              if self.offset_by_task else jnp.int32(0)).astype(jnp.int32)
+    state = RolesState(inner=inner, turn=jnp.int32(0), offset=offset)
+    return state, self._with_line(self._agent(state, 0), obs)
+
+  def step(self, state: RolesState, action: Text):
+    inner, obs, reward, done, info = self._inner.step(state.inner, action)
+    acted, nxt = self._agent(state, state.turn), self._agent(state, state.turn + 1)
+    info = {**info, "agent_id": acted, "next_agent": nxt}
+    new = RolesState(inner=inner, turn=state.turn + 1, offset=state.offset)
+    info["state_hash"] = self.state_hash(new)
+    return new, self._with_line(nxt, obs), reward, done, info
+
+  def state_hash(self, state: RolesState) -> jax.Array:
+    """The base state's hash with the schedule position (who acts next is part of it)."""
+    pos = (state.turn + state.offset) % len(self.schedule)
+    base = (self._inner.state_hash(state.inner) if hasattr(self._inner, "state_hash") else
+            jnp.uint32(0))
+    return fingerprint(jnp.asarray(base, jnp.uint32)[None], pos.astype(jnp.uint32)[None])
