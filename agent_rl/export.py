@@ -3,6 +3,10 @@
     python -m agent_rl.export --workdir=RUN --out=DIR [--checkpoint=best|latest] \
         [--lora=merged|adapter]
 
+A reward-model run (`python -m agent_rl.reward.train`) exports its decoder + head as the
+family's `...ForSequenceClassification` (num_labels 1, TRL's reward-model layout; see
+`export_reward_model`).
+
 Restores the policy LM of RUN (best-by-eval checkpoint by default, else the newest readable
 one) through the one path that restores a run's policy (`train.pretrained.load_run_policy`)
 and writes `config.json` + safetensors with `models.save_hf`, plus the run's tokenizer files
@@ -110,6 +114,10 @@ def export_run(workdir: str, out: str, *, which: str = "best", lora_mode: str = 
                             "(the run's model config and tokenizer) is no longer a directory")
   if os.path.abspath(out) == os.path.abspath(workdir):
     raise ValueError(f"--out {out!r} is the run's workdir; choose a new directory")
+  if _run_phase(workdir) == REWARD_PHASE:
+    if agent not in (-1, 0):
+      raise ValueError(f"--agent {agent}: {workdir} is a reward-model run (one network)")
+    return export_reward_model(workdir, out, which=which, mesh=_one_device_mesh(c))
   ag = run_agents(workdir)
   if ag.stacked and not 0 <= agent < ag.num:
     raise ValueError(f"--agent: the run holds {ag.num} agents' weights (agents.mode="
@@ -127,6 +135,40 @@ def export_run(workdir: str, out: str, *, which: str = "best", lora_mode: str = 
     base = c.model.init_from if is_hf_checkpoint(c.model.init_from) else None
     info = export_policy(out, rp.model_cfg, rp.params, tok, lora_mode=lora_mode, base=base)
   return {"checkpoint_step": rp.step, **rp.meta, "out": out, **info}
+
+
+REWARD_PHASE = "reward_model"  # reward.train's checkpoint phase
+
+
+def _run_phase(workdir: str):
+  from agent_rl.train.checkpoint import RunCheckpoint
+  from agent_rl.train.pretrained import checkpoint_dir
+  ck = RunCheckpoint(checkpoint_dir(workdir), async_save=False, read_only=True)
+  try:
+    return ck.meta().get("phase")
+  finally:
+    ck.close()
+
+
+def export_reward_model(workdir: str, out: str, *, which: str = "best", mesh=None
+                        ) -> Dict[str, Any]:
+  """A `reward.train` run's reward model (best held-out checkpoint by default) as a HF
+  `...ForSequenceClassification` directory (`models.hf_export.save_hf_reward_model`: HF
+  logits + config.json's `agent_rl_score_bias` = our score, read at the last non-pad token)
+  with the run's tokenizer; `AutoModelForSequenceClassification.from_pretrained(out)` loads it."""
+  from agent_rl.models.hf_export import save_hf_reward_model
+  from agent_rl.parallel.placement import make_placement
+  from agent_rl.reward.use import restore_reward_model
+  from agent_rl.train.pretrained import load_run_config
+  place = make_placement(mesh if mesh is not None else _one_device_mesh(load_run_config(workdir)))
+  with place.context():
+    from flax import nnx
+    rm = restore_reward_model(workdir, place, which=which, field="--workdir")
+    p = nnx.to_pure_dict(rm.source.params)
+    info = save_hf_reward_model(out, rm.model_cfg, p["lm"], p["head"]["kernel"],
+                                p["head"]["bias"], pad_token_id=rm.tokenizer.pad_id,
+                                tokenizer=rm.tokenizer)
+  return {"checkpoint_step": rm.source.step, "kind": rm.source.kind, "out": out, **info}
 
 
 def main(argv):

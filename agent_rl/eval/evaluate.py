@@ -6,6 +6,7 @@ draws tasks from the run seed), so every evaluation of a run scores the same tas
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -17,9 +18,12 @@ from agent_rl.rollout.sampler import SamplerConfig
 
 
 def evaluate(policy, params, env, pieces, ecfg: EpisodeConfig, *, num_tasks: int, seed: int,
-             k: int = 1, greedy: bool = True, place=lambda x: x) -> dict:
+             k: int = 1, greedy: bool = True, place=lambda x: x,
+             role_terms: Optional[Sequence[str]] = None) -> dict:
   """Metrics `eval/success` (greedy, or sampled when greedy=False), `eval/reward`, and with
   k > 1 `eval/pass@k` (any of k samples succeeds) and `eval/avg@k` (mean success over k).
+  role_terms: a multi-agent env's per-role reward terms (`agents.role_terms(env)`): adds
+  `eval/agent{k}/return`, role k's mean episode return in the greedy episodes.
   `place` lays the tasks out on the mesh (row-sharded when the count divides it). A host env
   evaluates on its `for_eval()` panel (config.env.host.eval_split)."""
   env = env.for_eval() if callable(getattr(env, "for_eval", None)) else env
@@ -33,6 +37,10 @@ def evaluate(policy, params, env, pieces, ecfg: EpisodeConfig, *, num_tasks: int
   succ = jnp.any(batch.success, axis=1)
   out["eval/success"] = jnp.mean(succ.astype(jnp.float32))
   out["eval/reward"] = jnp.mean(jnp.sum(batch.reward * batch.valid, axis=1))
+  if role_terms:
+    from agent_rl.agents.rewards import agent_returns
+    ret = agent_returns(batch, role_terms)
+    out.update({f"eval/agent{a}/return": jnp.mean(ret[:, a]) for a in range(ret.shape[1])})
   if k > 1:
     s_cfg = dataclasses.replace(g_cfg, group_size=k,
                                 sampler=dataclasses.replace(ecfg.sampler, greedy=False))

@@ -118,34 +118,13 @@ def _save_tokenizer(path: str, tokenizer) -> list:
                    "directory with tokenizer.json, and no sentencepiece model_proto")
 
 
-def save_hf(path: str, cfg: ModelConfig, params, tokenizer=None, *, family: Optional[str] = None,
-            max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> Dict[str, Any]:
-  """Writes an HF checkpoint directory for `cfg` / `params` (+ the tokenizer's files).
 
-  Args:
-    path: output directory (created; earlier config/weight files in it are replaced).
-    cfg: the ModelConfig; its switches pick the family (llama, qwen2, qwen3, gemma3_text)
-      unless `family` names one.
-    params: a `Transformer`, its `nnx.State` or the nested dict of arrays (dtype kept).
-    tokenizer: None, an object with `save(path)`, one whose `path` is an HF tokenizer
-      directory (e.g. `agent_rl.tokenizers.load_hf`), or a sentencepiece `Tokenizer`.
-    max_shard_bytes: shard the weights past this size.
-  Returns:
-    {"family", "files", "num_params"} of what was written.
-  Raises:
-    ValueError naming the field / param when the config has no HF equivalent in that
-    family or the params do not match it.
-  """
-  if not isinstance(cfg, ModelConfig):
-    raise ValueError(f"save_hf needs a ModelConfig, got {type(cfg).__name__}")
+def _write(path: str, hf_config: Dict[str, Any], tensors: Dict[str, np.ndarray], tokenizer,
+           max_shard_bytes: int) -> list:
+  """Writes config.json, the (sharded) safetensors and the tokenizer's files; returns the
+  names written."""
   if not isinstance(max_shard_bytes, int) or max_shard_bytes <= 0:
     raise ValueError(f"max_shard_bytes must be a positive int, got {max_shard_bytes!r}")
-  if cfg.lora is not None:
-    raise ValueError("save_hf: ModelConfig.lora is set; fold the adapters in first with "
-                     "`models.lora.merge(cfg, params)` (or export them with `lora.to_peft`)")
-  fam = family_for(cfg, family)
-  hf_config = fam.to_hf_config(cfg)
-  tensors = hf_tensors(cfg, params, fam)
   os.makedirs(path, exist_ok=True)
   for stale in glob.glob(os.path.join(path, "model*.safetensors*")):
     os.remove(stale)
@@ -170,5 +149,76 @@ def save_hf(path: str, cfg: ModelConfig, params, tokenizer=None, *, family: Opti
     json.dump(hf_config, f, indent=2, sort_keys=True)
   if tokenizer is not None:
     files += _save_tokenizer(path, tokenizer)
+  return files
+
+
+def save_hf(path: str, cfg: ModelConfig, params, tokenizer=None, *, family: Optional[str] = None,
+            max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> Dict[str, Any]:
+  """Writes an HF checkpoint directory for `cfg` / `params` (+ the tokenizer's files).
+
+  Args:
+    path: output directory (created; earlier config/weight files in it are replaced).
+    cfg: the ModelConfig; its switches pick the family (llama, qwen2, qwen3, gemma3_text)
+      unless `family` names one.
+    params: a `Transformer`, its `nnx.State` or the nested dict of arrays (dtype kept).
+    tokenizer: None, an object with `save(path)`, one whose `path` is an HF tokenizer
+      directory (e.g. `agent_rl.tokenizers.load_hf`), or a sentencepiece `Tokenizer`.
+    max_shard_bytes: shard the weights past this size.
+  Returns:
+    {"family", "files", "num_params"} of what was written.
+  Raises:
+    ValueError naming the field / param when the config has no HF equivalent in that
+    family or the params do not match it.
+  """
+  if not isinstance(cfg, ModelConfig):
+    raise ValueError(f"save_hf needs a ModelConfig, got {type(cfg).__name__}")
+  if cfg.lora is not None:
+    raise ValueError("save_hf: ModelConfig.lora is set; fold the adapters in first with "
+                     "`models.lora.merge(cfg, params)` (or export them with `lora.to_peft`)")
+  fam = family_for(cfg, family)
+  tensors = hf_tensors(cfg, params, fam)
+  files = _write(path, fam.to_hf_config(cfg), tensors, tokenizer, max_shard_bytes)
   return {"family": fam.name, "files": files,
+          "num_params": int(sum(a.size for a in tensors.values()))}
+
+
+SCORE_BIAS_KEY = "agent_rl_score_bias"  # config.json: the reward head's bias (HF's has none)
+
+
+def save_hf_reward_model(path: str, cfg: ModelConfig, lm_params, head_kernel, head_bias, *,
+                         pad_token_id: int, tokenizer=None, family: Optional[str] = None,
+                         max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> Dict[str, Any]:
+  """A reward model (decoder + scalar head) as the family's `...ForSequenceClassification`
+  with `num_labels=1`, the layout TRL's and the hub's reward models use, so
+  `transformers.AutoModelForSequenceClassification.from_pretrained(path)` loads it.
+
+  HF reads the score at the last non-pad token (`pad_token_id`, written to config.json) with
+  `score = Linear(hidden, 1, bias=False)`: our head's kernel becomes `score.weight` [1, E] and
+  its bias, which HF's layer cannot hold, is written as config.json's `agent_rl_score_bias`:
+  HF logits + agent_rl_score_bias = our score (a Bradley-Terry RM's comparisons do not
+  depend on it; a PRM's probability sigmoid(score) does). The LM head is not written.
+
+  Args: lm_params: the decoder's params (as `save_hf`); head_kernel [E, 1], head_bias [1].
+  Returns {"family", "files", "num_params", "architecture"}.
+  """
+  import transformers  # the class must exist in the installed version to be loadable
+  if cfg.lora is not None:
+    raise ValueError("save_hf_reward_model: ModelConfig.lora is set; merge the adapters first")
+  fam = family_for(cfg, family)
+  arch = fam.architectures[0].replace("ForCausalLM", "ForSequenceClassification")
+  if not hasattr(transformers, arch):
+    raise ValueError(f"cannot export a reward model of family {fam.name!r}: transformers "
+                     f"{transformers.__version__} has no {arch}")
+  kernel = np.asarray(head_kernel, np.float32)
+  if kernel.shape != (cfg.hidden, 1):
+    raise ValueError(f"head kernel has shape {kernel.shape}, the decoder's hidden is {cfg.hidden}")
+  tensors = {k: v for k, v in hf_tensors(cfg, lm_params, fam).items()
+             if not k.startswith("lm_head.")}
+  tensors["score.weight"] = np.ascontiguousarray(kernel.T.astype(
+      next(iter(tensors.values())).dtype))
+  hf_config = dict(fam.to_hf_config(cfg), architectures=[arch], id2label={"0": "LABEL_0"},
+                   label2id={"LABEL_0": 0}, pad_token_id=int(pad_token_id),
+                   **{SCORE_BIAS_KEY: float(np.asarray(head_bias).reshape(-1)[0])})
+  files = _write(path, hf_config, tensors, tokenizer, max_shard_bytes)
+  return {"family": fam.name, "architecture": arch, "files": files,
           "num_params": int(sum(a.size for a in tensors.values()))}

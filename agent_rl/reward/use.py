@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 
@@ -63,6 +63,39 @@ def check_tokenizer(rm_dir: str, tok_rm, tok_policy, probe: str) -> None:
         "); train the reward model with the policy's tokenizer (rm.policy_run or tokenizer.path)")
 
 
+class LoadedRM(NamedTuple):
+  source: RewardSource
+  tokenizer: Any  # the reward-model run's tokenizer
+  model_cfg: Any  # its decoder's ModelConfig
+  run_config: Any  # its saved run config
+
+
+def restore_reward_model(rm_dir: str, place, *, which: str = "best",
+                         field: str = "config.reward.model") -> LoadedRM:
+  """The reward model of the `reward.train` run in `rm_dir` (its best-by-held-out checkpoint,
+  or the newest with `which="latest"`) on `place`. Errors name `field` and the run."""
+  tc = pretrained.load_run_config(rm_dir)
+  tok = load_tokenizer(pretrained.run_tokenizer_path(rm_dir))
+  mcfg = model_config(tc, tok.vocab_size)
+  spec = state_spec(reward_model_factory(mcfg, int(tc.seed)), place)
+  d = pretrained.checkpoint_dir(rm_dir)
+  if not os.path.isdir(d):
+    raise FileNotFoundError(f"{field}: {rm_dir} has no checkpoints/ directory")
+  ck = RunCheckpoint(d, async_save=False, read_only=True)
+  try:
+    restored = ck.restore_params(spec.abstract_params(), which=which)
+  except (FileNotFoundError, ValueError, KeyError, TypeError) as e:  # e.g. a policy run: no head
+    raise ValueError(f"{field}: {rm_dir} is not a reward-model run (no readable "
+                     f"reward-model checkpoint: {type(e).__name__}: {str(e)[:120]})") from None
+  finally:
+    ck.close()
+  if restored.meta.get("phase") != PHASE:
+    raise ValueError(f"{field}: {rm_dir} is not a reward-model run (its checkpoint "
+                     f"is of phase {restored.meta.get('phase')!r})")
+  src = RewardSource(rm_dir, tc.rm.kind, spec.graphdef, restored.params, restored.step)
+  return LoadedRM(src, tok, mcfg, tc)
+
+
 def load_for_rl(c, setup, place) -> RewardSource:
   """The reward model named by `config.reward.model`, checked against the run, on `place`."""
   rm_dir = c.reward.model
@@ -72,20 +105,4 @@ def load_for_rl(c, setup, place) -> RewardSource:
   if c.reward.model_use == "process" and tc.rm.kind != "process":
     raise ValueError(f"config.reward.model_use: 'process' needs a process reward model; the run "
                      f"{rm_dir} trained rm.kind={tc.rm.kind!r}")
-  mcfg = model_config(tc, tok.vocab_size)
-  spec = state_spec(reward_model_factory(mcfg, int(tc.seed)), place)
-  d = pretrained.checkpoint_dir(rm_dir)
-  if not os.path.isdir(d):
-    raise FileNotFoundError(f"config.reward.model: {rm_dir} has no checkpoints/ directory")
-  ck = RunCheckpoint(d, async_save=False, read_only=True)
-  try:
-    restored = ck.restore_params(spec.abstract_params(), which="best")
-  except (FileNotFoundError, ValueError, KeyError, TypeError) as e:  # e.g. a policy run: no head
-    raise ValueError(f"config.reward.model: {rm_dir} is not a reward-model run (no readable "
-                     f"reward-model checkpoint: {type(e).__name__}: {str(e)[:120]})") from None
-  finally:
-    ck.close()
-  if restored.meta.get("phase") != PHASE:
-    raise ValueError(f"config.reward.model: {rm_dir} is not a reward-model run (its checkpoint "
-                     f"is of phase {restored.meta.get('phase')!r})")
-  return RewardSource(rm_dir, tc.rm.kind, spec.graphdef, restored.params, restored.step)
+  return restore_reward_model(rm_dir, place).source

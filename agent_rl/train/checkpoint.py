@@ -192,6 +192,14 @@ class RunCheckpoint:
                         step, self.directory, type(e).__name__, e)
     raise FileNotFoundError(f"{self.directory}: no readable checkpoint")
 
+  def meta(self, step: Optional[int] = None) -> dict:
+    """The meta dict (phase, iteration, ...) of `step` (default: the newest step); {} when
+    the directory holds no step."""
+    steps = self.all_steps()
+    if step is None and not steps:
+      return {}
+    return self._meta(steps[-1] if step is None else step)
+
   def _meta(self, step: int) -> dict:
     path = os.path.join(self.directory, str(step))
     if os.path.isdir(os.path.join(path, "state")) and not os.path.isdir(os.path.join(path, "params")):

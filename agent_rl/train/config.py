@@ -139,7 +139,11 @@ def base_config() -> mlc.ConfigDict:
       num_tasks=64, seed=10_000, greedy=True, k=4,
       # Extra held-out panels: name -> env kwargs overriding env.kwargs (e.g. DealLite against
       # a scripted counterpart: {"fair": {"opponent": "fair"}}), reported as eval/<name>/...
-      variant_kwargs=mlc.ConfigDict()))
+      variant_kwargs=mlc.ConfigDict(),
+      # Learned held-out counterparts (agents.counterparts): name -> "RUN_DIR" or
+      # "RUN_DIR@STEP"; agent `counterpart_agent` keeps its weights, the others come from
+      # that run. Reported as eval/<name>/... (per-agent weights only).
+      counterparts=mlc.ConfigDict(), counterpart_agent=0))
   c.mesh = mlc.ConfigDict(dict(
       data=-1, fsdp=1, tensor=1,  # per slice; one axis may be -1 (fills the devices)
       # Multi-slice (DCN) factor of each axis, e.g. dcn.data=2 for two TPU slices.
@@ -243,6 +247,8 @@ def validate(c: mlc.ConfigDict) -> None:
   validate_hindsight(c, need)
   from agent_rl.agents.config import validate_agents
   validate_agents(c, need)
+  from agent_rl.agents import counterparts
+  counterparts.validate(c, need)
   from agent_rl.metrics import check_log_config
   check_log_config(c.log)
 
@@ -311,8 +317,13 @@ def _validate_objective(c: mlc.ConfigDict, need) -> None:
     raise ValueError(str(e)) from None
 
 
-def _is_kwargs(key: str) -> bool:
-  return key == "kwargs" or key.endswith("_kwargs")
+FREE_DICTS = ("counterparts",)  # name -> value blocks of the user's own keys (eval.counterparts)
+
+
+def is_free_dict(key: str) -> bool:
+  """A block whose keys are the user's (kwargs of a registered function, panel names): not
+  typed by base_config, kept as the run set it when a run's config is read back."""
+  return key == "kwargs" or key.endswith("_kwargs") or key in FREE_DICTS
 
 
 def check_fields(c: mlc.ConfigDict, base: mlc.ConfigDict | None = None, path: str = "config"):
@@ -328,7 +339,7 @@ def check_fields(c: mlc.ConfigDict, base: mlc.ConfigDict | None = None, path: st
   if missing:
     raise ValueError(f"{path}.{missing[0]}: missing (was {path} replaced by a dict?)")
   for k in base.keys():
-    if isinstance(base[k], mlc.ConfigDict) and not _is_kwargs(k):
+    if isinstance(base[k], mlc.ConfigDict) and not is_free_dict(k):
       if not isinstance(c[k], mlc.ConfigDict):
         raise ValueError(f"{path}.{k}: must be a block of fields, got {c[k]!r}")
       check_fields(c[k], base[k], f"{path}.{k}")

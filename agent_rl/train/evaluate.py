@@ -4,7 +4,13 @@
         [--checkpoint=latest|best] [--config.eval.num_tasks=256 --config.eval.k=8]
 
 Prints (and writes to DIR/eval.json) success, reward, pass@k and avg@k of the policy in the
-newest readable (or best-by-eval) checkpoint of DIR, on the config's held-out task seeds.
+newest readable (or best-by-eval) checkpoint of DIR, on the config's held-out task seeds, and
+the same on every `eval.variant_kwargs` and `eval.counterparts` panel (eval/<name>/...),
+through the same function as the run's own evaluations (`train.phases.evaluate_panels`):
+
+    # agent 0 of a DealLite run against bob of another seed's run and of its own step 10
+    python -m agent_rl.train.evaluate --config=configs/ibrl_deal.py:tiny --workdir=runs/a \
+        --config.eval.counterparts.cross=runs/b --config.eval.counterparts.early=runs/a@10
 The policy is restored through the one path that restores a run's policy
 (`train.pretrained.load_run_policy`).
 """
@@ -13,14 +19,15 @@ import os
 
 from absl import app, flags, logging
 
-from agent_rl.eval.evaluate import episode_config, evaluate
+from agent_rl.agents import counterparts
+from agent_rl.eval.evaluate import episode_config
 from agent_rl.parallel.placement import make_placement
 from agent_rl.agents.routing import rollout_policy
 from agent_rl.train.cli import define_config_flag
-from agent_rl.train.config import check_fields
-from agent_rl.train.metrics import to_host
+from agent_rl.train.config import check_fields, validate
 from agent_rl.train.pretrained import load_run_policy, run_agents
-from agent_rl.train.setup import build
+from agent_rl.train.phases import evaluate_panels
+from agent_rl.train.setup import build, eval_variants
 
 _CONFIG = define_config_flag("config", "the run's config file")
 _WORKDIR = flags.DEFINE_string("workdir", None, "the run's workdir (checkpoints, tokenizer)")
@@ -32,6 +39,7 @@ def evaluate_checkpoint(c, workdir: str, which: str = "latest") -> dict:
   ck_dir = os.path.join(workdir, "checkpoints")
   if not os.path.isdir(ck_dir):
     raise FileNotFoundError(f"{ck_dir}: no checkpoints in this workdir")
+  validate(c)  # eval panels and counterparts are checked before anything is restored
   place = make_placement(c.mesh)
   with place.context():
     setup = build(c, workdir)
@@ -39,10 +47,8 @@ def evaluate_checkpoint(c, workdir: str, which: str = "latest") -> dict:
     rp = load_run_policy(workdir, setup.model_cfg.vocab_size, place, which=which)
     ag = run_agents(workdir)
     policy = rollout_policy(ag.mode, rp.model_cfg, rp.lm_graphdef, ag.num)
-    m = to_host(evaluate(policy, rp.params, setup.env,
-                         setup.pieces,
-                         ecfg, num_tasks=c.eval.num_tasks, seed=c.eval.seed, k=c.eval.k,
-                         greedy=c.eval.greedy, place=place.batch))
+    m = evaluate_panels(c, policy, rp.params, setup, ecfg, place.batch,
+                        eval_variants(c, setup), counterparts.load(c, setup, place))
   out = {"checkpoint_step": rp.step, **rp.meta, **m}
   with open(os.path.join(workdir, "eval.json"), "w") as f:
     json.dump(out, f, indent=2)

@@ -93,6 +93,7 @@ class Run:
   kill_after: Optional[int] = None
   reward_model: Optional[Any] = None  # reward.use.RewardSource of config.reward.model
   eval_envs: tuple = ()  # (name, env, prompt pieces) of each config.eval.variant_kwargs panel
+  counterparts: tuple = ()  # agents.counterparts.Counterpart of each config.eval.counterparts
 
   @property
   def sft_steps(self) -> int:
@@ -106,13 +107,29 @@ class Run:
 # -- shared steps -----------------------------------------------------------------------------
 
 def evaluate_params(run: Run, params) -> dict:
-  """eval/... on the run's env, and eval/<name>/... on each `eval.variant_kwargs` panel."""
-  c = run.c
-  panels = (("", run.setup.env, run.setup.pieces),) + tuple(run.eval_envs)
+  """eval/... on the run's env, eval/<name>/... on each `eval.variant_kwargs` panel and each
+  `eval.counterparts` panel."""
+  return evaluate_panels(run.c, run.policy, params["lm"], run.setup, run.ecfg,
+                         run.spec.place.batch, run.eval_envs, run.counterparts)
+
+
+def evaluate_panels(c, policy, lm_params, setup, ecfg, place, variants=(), counterparts=()
+                    ) -> dict:
+  """The held-out evaluation of a policy LM's params (training and `train.evaluate` alike):
+  the run's env, each env-kwargs variant `(name, env, pieces)` and each learned counterpart
+  (`agents.counterparts.Counterpart`: the run's env, the other agents' weights swapped in).
+  Multi-agent envs with role rewards add `.../agent{k}/return`."""
+  from agent_rl.agents import counterparts as cps
+  panels = [("", setup.env, setup.pieces, lm_params)]
+  panels += [(name, env, pieces, lm_params) for name, env, pieces in variants]
+  panels += [(cp.name, setup.env, setup.pieces,
+              cps.splice(setup.agents.mode, lm_params, cp.lm_params, int(c.eval.counterpart_agent)))
+             for cp in counterparts]
   out = {}
-  for name, env, pieces in panels:
-    m = evaluate(run.policy, params["lm"], env, pieces, run.ecfg, num_tasks=c.eval.num_tasks,
-                 seed=c.eval.seed, k=c.eval.k, greedy=c.eval.greedy, place=run.spec.place.batch)
+  for name, env, pieces, p in panels:
+    terms = role_terms(env) if setup.agents.num > 1 else None
+    m = evaluate(policy, p, env, pieces, ecfg, num_tasks=c.eval.num_tasks, seed=c.eval.seed,
+                 k=c.eval.k, greedy=c.eval.greedy, place=place, role_terms=terms)
     out.update({k.replace("eval/", f"eval/{name}/", 1) if name else k: v for k, v in m.items()})
   return to_host(out)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import jax
 import ml_collections as mlc
@@ -20,7 +20,7 @@ from flax import nnx
 from agent_rl.parallel.params import state_shardings
 from agent_rl.parallel.placement import Placement
 from agent_rl.train.checkpoint import RunCheckpoint
-from agent_rl.train.config import base_config
+from agent_rl.train.config import base_config, is_free_dict
 from agent_rl.train.setup import model_config, model_factory
 from agent_rl.train.state import state_spec
 
@@ -55,15 +55,11 @@ def load_run_config(workdir: str) -> mlc.ConfigDict:
   return c
 
 
-def _is_free(key: str) -> bool:
-  return key == "kwargs" or key.endswith("_kwargs")
-
-
 def _flatten(d: dict, prefix: str = "", *, free: dict) -> dict:
   """Flat `a.b.c -> value` of the typed fields; the free kwargs dicts go to `free`."""
   out = {}
   for k, v in d.items():
-    if isinstance(v, dict) and _is_free(k):
+    if isinstance(v, dict) and is_free_dict(k):
       free[f"{prefix}{k}"] = v
     elif isinstance(v, dict):
       out.update(_flatten(v, f"{prefix}{k}.", free=free))
@@ -111,10 +107,11 @@ def run_agents(workdir: str):
   return Agents(tc.agents.mode, max(int(tc.agents.num), 1))
 
 
-def load_run_policy(workdir: str, vocab_size: int, place: Placement, *, which: str = "best"
-                    ) -> RunPolicy:
+def load_run_policy(workdir: str, vocab_size: int, place: Placement, *, which: str = "best",
+                    step: Optional[int] = None) -> RunPolicy:
   """The policy of a finished or running agent_rl run, on `place`:
-  the best-by-eval step (else the newest readable one; `which="latest"`: the newest). The one
+  the best-by-eval step (else the newest readable one; `which="latest"`: the newest; `step`:
+  exactly that checkpoint step). The one
   path that restores a run's policy (evaluation, distillation teacher, `model.init_from`);
   only the policy LM's params are read (no optimizer state, no critic)."""
   tc = load_run_config(workdir)
@@ -125,7 +122,8 @@ def load_run_policy(workdir: str, vocab_size: int, place: Placement, *, which: s
     raise FileNotFoundError(f"{workdir}: no checkpoints/ directory")
   ck = RunCheckpoint(d, async_save=False, read_only=True)
   try:
-    restored = ck.restore_params(spec.abstract_params(lm_only=True), which=which, lm_only=True)
+    restored = ck.restore_params(spec.abstract_params(lm_only=True), which=which, lm_only=True,
+                                 step=step)
   finally:
     ck.close()
   return RunPolicy(mcfg, spec.lm_graphdef, restored.params, restored.step, restored.meta)

@@ -18,6 +18,7 @@ import ml_collections as mlc
 
 from agent_rl import agents
 from agent_rl import credit as credit_lib
+from agent_rl.agents import counterparts
 from agent_rl.envs.tasks import batched_sampler
 from agent_rl.eval.evaluate import episode_config
 from agent_rl.eval.report import write_report
@@ -156,7 +157,7 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
       strategy_kwargs=strat_kw,
       uses_reference=uses_reference(c), teacher=teacher, reward_model=reward_model, ckpt=ckpt,
       writer=MetricWriter.from_config(c, workdir), kill_after=kill_after,
-      eval_envs=eval_variants(c, setup))
+      eval_envs=eval_variants(c, setup), counterparts=counterparts.load(c, setup, place))
 
 
 def save_steps(c) -> list[int]:

@@ -40,12 +40,40 @@ def test_each_mode_trains_and_resumes_exactly(tmp_path, mode):
     assert json.load(f) == {"mode": mode, "num": 2}  # the resolved count is saved
 
 
-def test_export_picks_an_agent_and_other_agents_checkpoints_are_refused_and_kept(tmp_path):
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory):
+  """One iteration of a lora-mode run (checkpoint at step 1), shared by the tests below."""
+  wd = str(tmp_path_factory.mktemp("lora_run") / "w")
+  run(tiny_agents_config("lora", iterations=1), wd)
+  return wd
+
+
+def test_counterpart_panels_swap_the_other_agents_weights(lora_run, tmp_path):
+  """`train.evaluate` with learned counterparts: the run itself as counterpart (every slice
+  swapped for the same weights) reproduces the main panel exactly, per-agent returns are
+  reported, and a counterpart of other agents is refused naming the panel."""
+  from agent_rl.train.evaluate import evaluate_checkpoint
+  c = tiny_agents_config("lora", iterations=1)
+  c.eval.counterparts = {"itself": lora_run, "step1": f"{lora_run}@1"}
+  out = evaluate_checkpoint(c, lora_run)
+  for k in ("success", "reward", "agent0/return", "agent1/return"):
+    assert out[f"eval/itself/{k}"] == out[f"eval/{k}"] == out[f"eval/step1/{k}"], k
+  bad = tiny_agents_config("lora", iterations=1)
+  bad.eval.counterparts = {"gone": f"{lora_run}@7"}
+  with pytest.raises(ValueError, match=r"eval.counterparts.gone: cannot restore"):
+    evaluate_checkpoint(bad, lora_run)
+  other = tiny_agents_config("separate", iterations=1)
+  other.eval.counterparts = {"x": lora_run}
+  with pytest.raises(ValueError, match=r"eval.counterparts.x: .* holds agents lora:2, this run separate:2"):
+    evaluate_checkpoint(other, lora_run)
+
+
+def test_export_picks_an_agent_and_other_agents_checkpoints_are_refused_and_kept(lora_run, tmp_path):
+  import shutil
   from agent_rl.export import export_run
   from safetensors.numpy import load_file
-  c = tiny_agents_config("lora", iterations=1)
   wd = str(tmp_path / "w")
-  run(c, wd)
+  shutil.copytree(lora_run, wd)  # the resume check below must not touch the shared run
   with pytest.raises(ValueError, match="--agent"):
     export_run(wd, str(tmp_path / "x"), which="latest")
   outs = [export_run(wd, str(tmp_path / f"a{k}"), which="latest", agent=k) for k in (0, 1)]

@@ -86,6 +86,38 @@ def test_prm_trains_reports_step_metrics_and_shapes_turns(policy, tmp_path):
       last["rollout/env_reward"] + last["rollout/rm_turn_reward"], abs=1e-4)
 
 
+def test_export_cli_writes_a_sequence_classifier_of_the_best_step(outcome_rm, tmp_path):
+  """`agent_rl.export` on a reward-model run: HF's score on an episode's rows (+ the bias
+  in config.json) equals the run's own scoring of the same rows; its tokenizer comes along."""
+  import numpy as np
+  import torch
+  import transformers
+  from flax import nnx
+  from agent_rl import export
+  from agent_rl.models.hf_export import SCORE_BIAS_KEY
+  from agent_rl.reward.use import restore_reward_model
+  wd, _ = outcome_rm
+  out = str(tmp_path / "hf_rm")
+  info = export.export_run(wd, out)
+  assert info["architecture"].endswith("ForSequenceClassification") and info["kind"] == "outcome"
+  assert "tokenizer.model" in info["files"]
+  place = _place()
+  with place.context():
+    rm = restore_reward_model(wd, place)
+  assert info["checkpoint_step"] == rm.source.step
+  model = nnx.merge(rm.source.graphdef, rm.source.params)
+  ids = rm.tokenizer.encode("You are in a room. <answer>Up</answer>")
+  tok = np.asarray([ids], np.int32)
+  valid = np.ones_like(tok, bool)
+  _, hidden, _ = model.lm.apply(tok, np.arange(tok.shape[1])[None].astype(np.int32), valid)
+  ours = float(np.asarray(model.head(hidden, valid))[0])
+  hf = transformers.AutoModelForSequenceClassification.from_pretrained(out, dtype=torch.float32)
+  with torch.no_grad():
+    got = float(hf(input_ids=torch.tensor(tok, dtype=torch.long)).logits[0, 0])
+  assert got + json.load(open(os.path.join(out, "config.json")))[SCORE_BIAS_KEY] == \
+      pytest.approx(ours, abs=1e-4)
+
+
 def test_policy_run_is_not_a_reward_model(policy, tmp_path):
   with pytest.raises(ValueError, match="is not a reward-model run"):
     _rl(policy, policy, "add", str(tmp_path))
