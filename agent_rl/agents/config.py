@@ -6,8 +6,9 @@
 
 Start-up checks name the field: an unknown mode, a count that does not match the env's
 roles, per-agent weights without windowed history or LoRA, and the features whose scoring
-paths do not route rows to agents yet (KL reference, critic, distillation, hindsight, reward
-model) are refused before anything compiles; a checkpoint written with other agents is
+paths do not route rows to agents yet (distillation, hindsight, reward model) are refused
+before anything compiles (the KL reference and the critic route rows like the learner:
+`agents.routing.route`); a checkpoint written with other agents is
 refused on resume (`check_checkpoint`).
 """
 from __future__ import annotations
@@ -51,8 +52,6 @@ def validate_agents(c: Any, need) -> None:
     need(c.model.lora.rank > 0, "model.lora.rank",
          "agents.mode='lora' trains one adapter per agent: set model.lora.rank > 0")
   for cond, field, what in (
-      (c.loss.kl_coef == 0 and c.loss.kl_in_reward == 0, "loss.kl_coef", "a KL reference"),
-      (c.model.critic == "none", "model.critic", "a critic"),
       (c.distill.coef == 0, "distill.coef", "distillation"),
       (not c.hindsight.mode, "hindsight.mode", "hindsight rescoring"),
       (not c.reward.model, "reward.model", "a reward model")):

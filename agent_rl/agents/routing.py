@@ -12,7 +12,7 @@ in one concatenated transcript each agent would need its own KV cache of the who
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -58,30 +58,36 @@ def rollout_policy(mode: str, model_cfg: Any, lm_graphdef: Any, num: int) -> Pol
                              route=lambda params, agent: (params, agent))
 
 
+def route(mode: str, fn: Callable[[Any], Any], params: Any, agent: jax.Array, *,
+          lm_only: bool = False) -> Any:
+  """`fn(params)` -> a pytree of row outputs `[B, ...]`, each row b computed under agent
+  `agent[b]`'s weights: shared, `fn(params)`; lora, `fn` of params whose stacked adapters are
+  gathered per row (`[K, ...]` -> `[B, ...]`, one forward); separate, `fn` vmapped over the
+  agent axis and each row's outputs taken from its agent (`select_rows`). lm_only: `params`
+  is the policy LM's subtree (paths without the `lm` prefix), e.g. a KL reference."""
+  if mode == "shared":
+    return fn(params)
+  agent = jnp.maximum(agent, 0)  # padded turns (-1) read agent 0; their rows are masked
+  if mode == "lora":
+    pre = (jax.tree_util.DictKey("lm"),) if lm_only else ()
+    return fn(jax.tree_util.tree_map_with_path(
+        lambda p, a: a[agent] if is_adapter(pre + p) else a, params))
+  if mode != "separate":
+    raise ValueError(f"config.agents.mode: unknown mode {mode!r}")
+  return jax.tree.map(lambda x: select_rows(x, agent), jax.vmap(fn)(params))
+
+
 def make_apply(mode: str, graphdef: Any):
   """`apply(params, tokens, positions, valid, dropout_key=None, agent=None) -> TokenStats`
   (train.policy.make_apply's, with each row `[B]` of `agent` under its own agent's weights)."""
-  from agent_rl.train.policy import TokenStats, make_apply as plain_apply
+  from agent_rl.train.policy import make_apply as plain_apply
   base = plain_apply(graphdef)
   if mode == "shared":
     return base
 
-  def need(agent: Optional[jax.Array], b: int) -> jax.Array:
-    if agent is None or agent.shape != (b,):
-      raise ValueError(f"agents.mode={mode!r}: the learner needs the acting agent of every row "
-                       f"([{b}] int32), got {None if agent is None else agent.shape}")
-    return agent
-
-  if mode == "lora":
-    def apply(params, tok, pos, valid, dropout_key=None, agent=None):
-      agent = need(agent, tok.shape[0])
-      routed = jax.tree_util.tree_map_with_path(
-          lambda p, a: a[agent] if is_adapter(p) else a, params)
-      return base(routed, tok, pos, valid, dropout_key=dropout_key)
-    return apply
-
   def apply(params, tok, pos, valid, dropout_key=None, agent=None):
-    agent = need(agent, tok.shape[0])
-    stats = jax.vmap(lambda p: base(p, tok, pos, valid, dropout_key=dropout_key))(params)
-    return TokenStats(*(None if x is None else select_rows(x, agent) for x in stats))
+    if agent is None or agent.shape != (tok.shape[0],):
+      raise ValueError(f"agents.mode={mode!r}: the learner needs the acting agent of every row "
+                       f"([{tok.shape[0]}] int32), got {None if agent is None else agent.shape}")
+    return route(mode, lambda p: base(p, tok, pos, valid, dropout_key=dropout_key), params, agent)
   return apply

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from agent_rl.agents.routing import route
 from agent_rl.credit import Credit, token_advantages
 from agent_rl.rollout.batch import EpisodeBatch
 from agent_rl.objective.minibatch import Minibatch
@@ -37,11 +38,7 @@ def prepare(batch: EpisodeBatch, credit: Credit) -> Minibatch:
   if batch.segment_len:
     s = batch.segment_len
     mb = jax.tree.map(lambda x: x.reshape(-1, s), mb)
-    # Row n * T + t is turn t of episode n: its acting agent (agent_rl.agents routes on it).
-    mb = mb._replace(agent=batch.agent_id.reshape(-1))
-  else:  # one row per episode (shared weights only): the agent of its first turn
-    mb = mb._replace(agent=batch.agent_id[:, 0])
-  return mb
+  return mb._replace(agent=row_agents(batch))  # agent_rl.agents routes rows on it
 
 
 prepare_jit = jax.jit(prepare)
@@ -56,18 +53,31 @@ def _rows(batch: EpisodeBatch):
   return tok, pos, attn, batch.tokens.shape
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def critic_values(graphdef, params, batch: EpisodeBatch) -> jax.Array:
-  """Rollout-time critic values `[N, L]` (V of each prefix) for GAE-family credit."""
+def row_agents(batch: EpisodeBatch) -> jax.Array:
+  """The acting agent of each forward row `[R]`: windowed rows are turns (row n * T + t is
+  turn t of episode n), a concatenated row is one episode (the agent of its first turn; one
+  network only, agents.config refuses per-agent weights there)."""
+  return batch.agent_id.reshape(-1) if batch.segment_len else batch.agent_id[:, 0]
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames="mode")
+def critic_values(graphdef, params, batch: EpisodeBatch, mode: str = "shared") -> jax.Array:
+  """Rollout-time critic values `[N, L]` (V of each prefix) for GAE-family credit; with
+  per-agent weights (`mode` lora | separate) each row under its acting agent's."""
   tok, pos, attn, shape = _rows(batch)
-  values = nnx.merge(graphdef, params).values(tok, pos, attn)
+  values = route(mode, lambda p: nnx.merge(graphdef, p).values(tok, pos, attn), params,
+                 row_agents(batch))
   return (values * attn).reshape(shape)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def reference_logprobs(lm_graphdef, ref_params, batch: EpisodeBatch) -> jax.Array:
-  """Log-probs `[N, L]` of the batch's tokens under a frozen reference policy (for KL)."""
+@functools.partial(jax.jit, static_argnums=0, static_argnames="mode")
+def reference_logprobs(lm_graphdef, ref_params, batch: EpisodeBatch, mode: str = "shared"
+                       ) -> jax.Array:
+  """Log-probs `[N, L]` of the batch's tokens under a frozen reference policy (for KL); with
+  per-agent weights (`mode` lora | separate: `ref_params` stacked like the run's policy LM)
+  each row under its acting agent's reference."""
   from agent_rl.train.policy import policy_token_stats  # pulls in the models room
   tok, pos, attn, shape = _rows(batch)
-  lp, _ = policy_token_stats(lm_graphdef, ref_params, tok, pos, attn)
+  lp = route(mode, lambda p: policy_token_stats(lm_graphdef, p, tok, pos, attn)[0], ref_params,
+             row_agents(batch), lm_only=True)
   return (lp * attn).reshape(shape)

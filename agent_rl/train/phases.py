@@ -259,10 +259,11 @@ def rl_batch(run: Run, prog: Progress, it: int):
     batch, bm = baseline.attach_baseline_return(batch, run.baseline_fn, params["lm"], tasks, k_roll)
     rmetrics = {**rmetrics, **bm}
   if c.model.critic != "none":
-    batch = batch.replace(values=learner.critic_values(run.spec.graphdef, params, batch))
-  if prog.reference is not None:
-    batch = batch.replace(ref_logprobs=learner.reference_logprobs(run.spec.lm_graphdef,
-                                                                  prog.reference, batch))
+    batch = batch.replace(values=learner.critic_values(run.spec.graphdef, params, batch,
+                                                       mode=run.setup.agents.mode))
+  if prog.reference is not None:  # each row under its agent's reference (per-agent weights)
+    batch = batch.replace(ref_logprobs=learner.reference_logprobs(
+        run.spec.lm_graphdef, prog.reference, batch, mode=run.setup.agents.mode))
   if run.teacher is not None:  # on-policy distillation: the teacher scores the student's tokens
     batch = batch.replace(teacher_logprobs=learner.reference_logprobs(*run.teacher, batch))
   if run.reward_model is not None:  # its scores reach the rewards via the reward_model shaper

@@ -11,14 +11,28 @@ from tests.agents.tiny import tiny_agents_config
     (lambda c: setattr(c.agents, "num", 1), r"config.agents.num: .*needs >= 2"),
     (lambda c: setattr(c.rollout, "history", "concatenated"), r"config.rollout.history:.*windowed"),
     (lambda c: setattr(c.model.lora, "rank", 0), r"config.model.lora.rank:"),
-    (lambda c: setattr(c.loss, "kl_coef", 0.1), r"config.loss.kl_coef: a KL reference"),
-    (lambda c: setattr(c.model, "critic", "shared"), r"config.model.critic: a critic"),
+    (lambda c: setattr(c.hindsight, "mode", "weight"), r"config.hindsight.mode: hindsight"),
 ])
 def test_bad_agent_configs_name_the_field(edit, match):
   c = tiny_agents_config("lora")
   edit(c)
   with pytest.raises(ValueError, match=match):
     validate(c)
+
+
+def test_distillation_with_per_agent_weights_names_the_field(tmp_path):
+  (tmp_path / "config.json").write_text("{}")  # a teacher run directory
+  c = tiny_agents_config("lora")
+  c.distill.coef, c.distill.teacher = 0.5, str(tmp_path)
+  with pytest.raises(ValueError, match=r"config.distill.coef: distillation"):
+    validate(c)
+
+
+@pytest.mark.parametrize("mode", ["lora", "separate"])
+def test_per_agent_weights_take_a_kl_reference_and_a_critic(mode):
+  c = tiny_agents_config(mode)
+  c.loss.kl_coef, c.model.critic, c.credit.name = 0.1, "shared", "gae"
+  validate(c)  # both route rows to agents (agents.routing.route; tests/agents/test_routing.py)
 
 
 def test_shared_agents_allow_what_per_agent_weights_do_not():

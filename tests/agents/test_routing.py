@@ -25,9 +25,9 @@ def _cfg(mode, kv_heads=1):
                            num_kv_heads=kv_heads, head_dim=16, intermediate=64, lora=lora)
 
 
-def _stacked(mode):
+def _stacked(mode, critic="none"):
   cfg = _cfg(mode)
-  make = lambda seed: ActorCritic(cfg, "none", logprob_chunk=0, rngs=nnx.Rngs(seed))
+  make = lambda seed: ActorCritic(cfg, critic, logprob_chunk=0, rngs=nnx.Rngs(seed))
   model = P.stacked_factory(make, mode, K, 0)()
   graphdef, params = nnx.split(model)
   if mode == "lora":  # LoRA B starts at zero: give every adapter a distinct non-zero delta
@@ -60,6 +60,38 @@ def test_learner_rows_equal_each_agents_own_model(mode):
   # the agents really differ (else routing would be untested)
   other = make_apply(mode, graphdef)(params, tok, pos, valid, agent=(agent + 1) % K)
   assert float(jnp.max(jnp.abs(other.logprobs - got.logprobs))) > 1e-3
+
+
+@pytest.mark.parametrize("mode", ["lora", "separate"])
+def test_kl_reference_and_critic_rows_equal_each_agents_own_model(mode):
+  """The rollout-time scoring passes of windowed rows (row n * T + t = turn t of episode n,
+  acted by agent_id[n, t]): KL reference log-probs and critic values equal agent k's own
+  single model on its rows."""
+  from agent_rl.rollout.batch import from_turns
+  from agent_rl.train import learner
+  from agent_rl.train.policy import policy_token_stats
+  cfg, graphdef, params = _stacked(mode, critic="shared")
+  tok, pos, valid, agent = _inputs()  # B = 6 rows: 2 episodes x 3 turns of L tokens
+  n, t = 2, B // 2
+  batch = from_turns(np.zeros((n, t)), np.ones((n, t), bool), np.zeros(n, np.int32),
+                     tokens_per_turn=L, agent_id=agent.reshape(n, t))
+  batch = batch.replace(tokens=tok.reshape(n, t * L), position=pos.reshape(n, t * L),
+                        attention_mask=valid.reshape(n, t * L), segment_len=L)
+  lm_gd = nnx.split(nnx.merge(graphdef, params).lm)[0]
+  ref = np.asarray(learner.reference_logprobs(lm_gd, params["lm"], batch, mode=mode)).reshape(B, L)
+  val = np.asarray(learner.critic_values(graphdef, params, batch, mode=mode)).reshape(B, L)
+  single = ActorCritic(cfg, "shared", logprob_chunk=0, rngs=nnx.Rngs(0))
+  single_gd, single_lm_gd = nnx.split(single)[0], nnx.split(single.lm)[0]
+  for b in range(B):
+    p_k = P.select_agent(mode, params, int(agent[b]))
+    lp, _ = policy_token_stats(single_lm_gd, p_k["lm"], tok[b:b + 1], pos[b:b + 1], valid[b:b + 1])
+    np.testing.assert_allclose(ref[b], np.asarray(lp[0] * valid[b]), atol=2e-5, rtol=1e-5)
+    v = nnx.merge(single_gd, p_k).values(tok[b:b + 1], pos[b:b + 1], valid[b:b + 1])
+    np.testing.assert_allclose(val[b], np.asarray(v[0] * valid[b]), atol=2e-5, rtol=1e-5)
+  plain = np.asarray(learner.reference_logprobs(lm_gd, P.select_agent(mode, params["lm"], 0,
+                                                                      lm_only=True),
+                                                batch)).reshape(B, L)
+  assert np.abs(plain - ref).max() > 1e-3  # agents differ: the routing is what made it equal
 
 
 # CI budget: the rollout's routing is checked end to end in CI (tests/agents/test_rollout.py:

@@ -40,6 +40,24 @@ def test_each_mode_trains_and_resumes_exactly(tmp_path, mode):
     assert json.load(f) == {"mode": mode, "num": 2}  # the resolved count is saved
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["lora", "separate"])
+def test_per_agent_weights_train_with_a_kl_reference_and_a_critic(tmp_path, mode):
+  """MAPPO-style: per-agent weights, a critic (GAE credit) and a KL reference, each scoring
+  pass routing rows to agents; resumes bit for bit."""
+  c = tiny_agents_config(mode, iterations=2, credit="gae")
+  c.model.critic, c.loss.kl_coef = "shared", 0.05
+  full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
+  run(c, full)
+  with pytest.raises(SimulatedKill):
+    run(c, killed, kill_after=1)
+  run(c, killed)
+  recs = _records(full)
+  assert _records(killed) == recs
+  rl = [r for r in recs if "rollout/agent0/turns" in r]
+  assert len(rl) == 2 and all(np.isfinite(r["loss/kl_ref"]) and "loss/value" in r for r in rl), rl[-1]
+
+
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory):
   """One iteration of a lora-mode run (checkpoint at step 1), shared by the tests below."""
