@@ -9,7 +9,19 @@ robin over the roles; a fixed graph such as solver -> verifier -> solver is `(0,
 observation starts with the next agent's role line ("You are the solver.") so a shared
 network knows who it is, and info says `agent_id` / `next_agent` (the multi-agent env
 contract, envs/base.py). Rewards are the base env's (a team reward); envs whose roles are
-paid differently (DealLite, CalcMath verify) define their own rules.
+paid differently by their rules (DealLite, CalcMath verify) define their own.
+
+Per-role reward scales (`role_rewards`, optional; one `(term, scale)` pair per role, or the
+string "f1=0.2,em=1.0"): role k is paid scale_k x the base env's reward term `term_k`, on every
+step whoever acted (the per-role contract of agents/rewards.py: a searcher paid on the answer
+turn its searches led to). The columns are appended to the base's reward terms as
+`role/<role>` (`reward_names`, `info["reward_terms"]`, so the rollout stores
+`extras["reward_terms/role/<role>"]`) and named by `role_reward_terms`, which makes the run
+score each agent by its own return (`agent_return`: the `drmas` / `per_agent` kernels). The
+scalar reward stays the base env's team reward (the role columns weigh 0 in `reward_weights`),
+so team metrics read as without the option. This is the setting Dr. MAS (arXiv:2602.08847)
+studies: agents whose rewards have different scales and distributions, here on any env
+(configs/drmas_kbqa.py: searcher 0.2 x F1, answerer 1.0 x EM on KB-SearchQA).
 """
 from __future__ import annotations
 
@@ -18,6 +30,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from agent_rl.envs.base import ENVS, Text, TokenizerLike, fingerprint, make
@@ -42,6 +55,7 @@ class Roles:
   schedule: tuple = ()
   offset_by_task: bool = False
   base_kwargs: Any = ()
+  role_rewards: Any = ()
 
   def __post_init__(self):
     if self.tokenizer is None:
@@ -71,11 +85,15 @@ class Roles:
     lines = PieceTable(self.tokenizer, [f"You are the {r}.\n" for r in roles])
     object.__setattr__(self, "_lines", lines)
     object.__setattr__(self, "_sched", jnp.asarray(sched, jnp.int32))
+    pay = _role_rewards(self.role_rewards, roles, self.base, getattr(inner, "reward_names", None))
+    object.__setattr__(self, "role_rewards", pay)
+    names = tuple(getattr(inner, "reward_names", ()) or ())
+    object.__setattr__(self, "_pay_idx", tuple(names.index(t) for t, _ in pay))
 
   # jit-static identity: the fields plus the base env and role lines (tokenizer-dependent).
   def _key(self):
     return (self.base, self.roles, self.schedule, self.offset_by_task, self.base_kwargs,
-            self._inner, self._lines)
+            self.role_rewards, self._inner, self._lines)
 
   def __hash__(self):
     return hash(self._key())
@@ -98,7 +116,23 @@ class Roles:
 
   @property
   def reward_names(self):
-    return self._inner.reward_names
+    if not self.role_rewards:
+      return self._inner.reward_names
+    return tuple(self._inner.reward_names) + tuple(f"role/{r}" for r in self.roles)
+
+  @property
+  def role_reward_terms(self):
+    if not self.role_rewards:  # as before the option: the base env's, if it has them
+      return self.__getattr__("role_reward_terms")
+    return tuple(f"role/{r}" for r in self.roles)
+
+  @property
+  def reward_weights(self):
+    if not self.role_rewards:
+      return self.__getattr__("reward_weights")
+    base = getattr(self._inner, "reward_weights", None)
+    base = (1.0,) * len(self._inner.reward_names) if base is None else tuple(map(float, base))
+    return base + (0.0,) * len(self.roles)
 
   @property
   def instruction(self) -> str:
@@ -143,6 +177,11 @@ class Roles:
     inner, obs, reward, done, info = self._inner.step(state.inner, action)
     acted, nxt = self._agent(state, state.turn), self._agent(state, state.turn + 1)
     info = {**info, "agent_id": acted, "next_agent": nxt}
+    if self.role_rewards:
+      terms = jnp.asarray(info["reward_terms"], jnp.float32)
+      pay = jnp.asarray([s for _, s in self.role_rewards], jnp.float32)
+      own = pay * terms[jnp.asarray(self._pay_idx, jnp.int32)]
+      info["reward_terms"] = jnp.concatenate([terms, own])
     new = RolesState(inner=inner, turn=state.turn + 1, offset=state.offset)
     info["state_hash"] = self.state_hash(new)
     return new, self._with_line(nxt, obs), reward, done, info
@@ -153,3 +192,37 @@ class Roles:
     base = (self._inner.state_hash(state.inner) if hasattr(self._inner, "state_hash") else
             jnp.uint32(0))
     return fingerprint(jnp.asarray(base, jnp.uint32)[None], pos.astype(jnp.uint32)[None])
+
+
+def _role_rewards(spec, roles: tuple, base: str, names) -> tuple:
+  """`role_rewards` as `((term, scale), ...)`, one pair per role, checked against the base
+  env's reward terms (errors name the field)."""
+  if isinstance(spec, str):
+    pairs = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+      term, sep, scale = part.partition("=")
+      if not sep:
+        raise ValueError(f"roles.role_rewards: {part!r} is not term=scale")
+      pairs.append((term.strip(), scale.strip()))
+    spec = pairs
+  spec = tuple(spec or ())
+  if not spec:
+    return ()
+  if len(spec) != len(roles):
+    raise ValueError(f"roles.role_rewards: need one (term, scale) per role {roles}, got "
+                     f"{len(spec)}: {spec!r}")
+  names = tuple(names or ())
+  out = []
+  for pair in spec:
+    try:
+      term, scale = pair
+      term, scale = str(term).strip(), float(scale)
+    except (TypeError, ValueError):
+      raise ValueError(f"roles.role_rewards: {pair!r} is not a (term, scale) pair") from None
+    if term not in names:
+      raise ValueError(f"roles.role_rewards: {term!r} is not a reward term of base env {base!r}; "
+                       f"its terms: {names}")
+    if not np.isfinite(scale):
+      raise ValueError(f"roles.role_rewards: the scale of {term!r} must be finite, got {scale}")
+    out.append((term, scale))
+  return tuple(out)

@@ -65,8 +65,9 @@ class KBState:
 
 
 @functools.lru_cache(maxsize=8)
-def _world(num_entities, seed, num_questions, parametric_frac, max_hops, k1, b, max_words, max_postings):
-  world = World(num_entities, seed, num_questions, parametric_frac, max_hops)
+def _world(num_entities, seed, num_questions, parametric_frac, max_hops, min_hops, k1, b, max_words,
+           max_postings):
+  world = World(num_entities, seed, num_questions, parametric_frac, max_hops, min_hops)
   docs = [words(f"{t} {x}") for t, x in world.passages]
   terms, index = bm25.sparse_index(docs, k1, b, max_words=max_words, max_postings=max_postings)
   return world, terms, index
@@ -90,6 +91,7 @@ class KBSearchQA:
   num_questions: int = 256
   parametric_frac: float = 0.25
   max_hops: int = 4
+  min_hops: int = 1  # questions cycle through min_hops..max_hops gold facts (bridges / comparisons)
   top_k: int = 3
   result_tokens: int = 64
   max_searches: int = 4
@@ -119,7 +121,8 @@ class KBSearchQA:
     if self.num_questions < 1:
       raise ValueError(f"KBSearchQA.num_questions must be >= 1, got {self.num_questions}")
     world, terms, index = _world(self.num_entities, self.kb_seed, self.num_questions,
-                                 float(self.parametric_frac), self.max_hops, float(self.bm25_k1),
+                                 float(self.parametric_frac), self.max_hops, self.min_hops,
+                                 float(self.bm25_k1),
                                  float(self.bm25_b), self.max_query_words, self.max_postings)
     if self.top_k > len(world.passages):
       raise ValueError(f"KBSearchQA.top_k={self.top_k} exceeds the {len(world.passages)} passages")

@@ -70,11 +70,13 @@ class World:
   """`World(num_entities, seed)`: entities, facts, passages (title, text) and questions."""
 
   def __init__(self, num_entities: int = 200, seed: int = 0, num_questions: int = 256,
-               parametric_frac: float = 0.25, max_hops: int = 4):
+               parametric_frac: float = 0.25, max_hops: int = 4, min_hops: int = 1):
     if num_entities < 40:
       raise ValueError(f"KB-SearchQA num_entities must be >= 40, got {num_entities}")
     if not 1 <= max_hops <= 4:
       raise ValueError(f"KB-SearchQA max_hops must be in [1, 4], got {max_hops}")
+    if not 1 <= min_hops <= max_hops:
+      raise ValueError(f"KB-SearchQA min_hops must be in [1, max_hops={max_hops}], got {min_hops}")
     rng = random.Random(seed)
     counts = [max(4, int(round(num_entities * s))) for s in SHARES]
     k = max(8, int(np.sqrt(counts[1]) * 1.3))
@@ -102,7 +104,7 @@ class World:
     self.questions = []
     qrng = random.Random(seed + 1)
     while len(self.questions) < num_questions:
-      hops = 1 + len(self.questions) % max_hops
+      hops = min_hops + len(self.questions) % (max_hops - min_hops + 1)
       q = self._bridge(qrng, hops) if hops % 2 or qrng.random() < 0.5 else self._compare(qrng, hops)
       if q is not None:
         q.parametric = qrng.random() < parametric_frac

@@ -1,6 +1,7 @@
 """KB-SearchQA vs plain-Python references: BM25 against `bm25s`, EM/F1 against Search-R1's
-normalization, questions against the passages' own facts, expert plans replayed through the
-jitted step, the PiCA / CARL signals, the tool budget, and hypothesis-fuzzed turns."""
+normalization, questions against the passages' own facts (and their depth, `min_hops`), expert
+plans replayed through the jitted step, the PiCA / CARL signals, the tool budget, and
+hypothesis-fuzzed turns."""
 import collections
 import functools
 import re
@@ -16,7 +17,7 @@ from agent_rl import envs
 from agent_rl.envs import bm25
 from agent_rl.envs.base import Text
 from agent_rl.envs.kb_search_qa import KBSearchQA, KBTask, answer as ans
-from agent_rl.envs.kb_search_qa.world import words
+from agent_rl.envs.kb_search_qa.world import World, words
 from conftest import CharTokenizer
 from tools.test_format import ref_parse
 
@@ -281,3 +282,15 @@ def test_top_keys_few_matches_bisection():
     b = jax.jit(jax.vmap(lambda x: bm25.top_keys(x, k)))(keys)
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(np.asarray(a), -np.sort(-np.asarray(keys), axis=1)[:, :k])
+
+
+def test_kb_min_hops_fixes_the_question_depth():
+  dflt, two = World(60, 0, 24, 0.0, 3), World(60, 0, 24, 0.0, 3, min_hops=2)
+  assert [len(q.facts) for q in dflt.questions] == [1 + i % 3 for i in range(24)]
+  assert [len(q.facts) for q in two.questions] == [2 + i % 2 for i in range(24)]
+  with pytest.raises(ValueError, match="min_hops must be in"):
+    World(60, 0, 8, 0.0, 2, min_hops=3)
+  env = KBSearchQA(tokenizer=TOK, num_entities=60, num_questions=32, max_hops=2, min_hops=2,
+                   max_searches=2, max_turns=3, parametric_frac=0.0)
+  plans = [env.solve(env.task_from_index(i)) for i in range(8)]
+  assert all(len(p) == 3 and p[-1].startswith("<answer>") for p in plans), plans
