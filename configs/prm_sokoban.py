@@ -24,7 +24,17 @@ process`). Both arms log `rollout/env_reward` (the prm arm also `rollout/rm_turn
 `rm/hacking`). The credit is GRPO on the summed return, so the PRM changes which episodes of a
 group look better, not a per-turn advantage; a per-turn kernel (`credit.name=gigpo`) is the
 next comparison.
-Expected: measured at micro scale only (README "Reward models"); not at this config yet.
+Measured (tiny, 3 seeds, `launch/reproduce.py --paper=prm_sokoban --seeds=3`,
+benchmarks/results/reproduce/prm_sokoban.md): the PRM (held-out per-step AUC 0.95, accuracy
+0.90 at a positive rate of 0.17) does NOT help at this scale. Final held-out greedy success
+PRM 0.474 (0.484, 0.469, 0.469) vs outcome 0.484 (0.484, 0.484, 0.484), diff -0.010, Welch
+95% [-0.033, +0.012]; avg@4 0.471 vs 0.482, -0.010 [-0.027, +0.006]; both arms from 0.4375
+(the policy run's own eval after its 40 SFT steps; this config has no SFT phase, hence no
+"after SFT" column). RL itself adds only ~+0.04 greedy in 30 iterations for either arm
+(sampled training success rises from ~0.5 to 0.6-0.69), so there is little for credit to
+separate. The process reward is the PRM's raw score (a logit, mostly negative at a 17%
+positive rate) added to every turn, so it also acts as a per-turn cost; a probability
+(sigmoid) step reward or a per-turn kernel (`credit.name=gigpo`) are the next comparisons.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config

@@ -8,6 +8,6 @@ from agent_rl.credit.base import CREDIT, Credit, get, names, needs_of, register,
 from agent_rl.credit.needs import Needs
 from agent_rl.credit import outcome, gae, shaping, verl_compat  # noqa: registers
 from agent_rl.credit import gigpo, rewardflow, graphgpo, bepo, milestone, multiagent, stratified, process, fatal, skills  # noqa: registers
-from agent_rl.credit import carl  # noqa: registers
+from agent_rl.credit import carl, iterpo  # noqa: registers
 from agent_rl.credit import baseline, needs  # noqa: F401
 from agent_rl.credit.check import check_inputs

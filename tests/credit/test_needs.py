@@ -175,7 +175,7 @@ def test_check_inputs_critic_and_returns(tok):
   chk("reinforce_pp", True)  # token-level returns: a critic can train on them
   # Turn-level (or no) returns leave a configured critic without targets.
   with pytest.raises(ValueError, match=r"'gigpo' gives turn-level returns \[N, T\].*critic.*"
-                     r"bilevel_gae, carl, gae, reinforce_pp$"):
+                     r"bilevel_gae, carl, gae, iterpo, reinforce_pp$"):
     chk("gigpo", True)
   with pytest.raises(ValueError, match="'grpo' gives no returns"):
     chk("grpo", True)

@@ -30,6 +30,8 @@ VARIANTS = {"ragen_sokoban": ["tiny", "tiny,ppo,kl_reward", "tiny,starpo_s,kl"],
             "scienceworld": ["tiny"],
             # Several agents (issue 21): ibrl_deal (separate weights, DealLite) in CI.
             "drmas_calcmath": ["tiny"], "ibrl_deal": ["tiny"],
+            "drmas_kbqa": ["tiny", "tiny,grpo"],
+            "iterpo_deal": ["tiny", "tiny,grpo"],
             # A reward-model run has its own entry point (agent_rl.reward.train): tests/reward.
             "reward_model": []}
 # Budget: each world config costs ~1 min here (tokenizer corpus along solver plans, long
@@ -52,7 +54,14 @@ SLOW = {"gigpo_texthouse:tiny", "gigpo_minishop:tiny", "beacon_texthouse:tiny",
         "uma_ledger:tiny", "uma_ledger:tiny,grpo", "textworld_cooking:tiny",
         "gigpo_alfworld:tiny", "gigpo_alfworld:tiny,grpo", "scienceworld:tiny",
         # The solver/verifier world's mechanics are ibrl_deal's (tests/agents/test_run.py).
-        "drmas_calcmath:tiny"}
+        "drmas_calcmath:tiny",
+        # Roles over KB-SearchQA: the wrapper's role rewards are tests/envs/test_roles.py, the
+        # drmas kernel's arms tests/agents/test_credit.py; windowed 3-turn rows cost minutes here.
+        "drmas_kbqa:tiny", "drmas_kbqa:tiny,grpo",
+        # IterPO (critic + windowed DealLite; 481 s here under load, 142 CPU-s): its start-up
+        # check runs in tests/agents/test_iterpo_config.py, its kernel in
+        # tests/credit/test_iterpo.py; multi-turn GRPO on DealLite is ibrl_deal's world.
+        "iterpo_deal:tiny", "iterpo_deal:tiny,grpo"}
 CASES = [pytest.param(p, a, id=f"{os.path.basename(p)[:-3]}:{a}",
                       marks=[pytest.mark.slow] if f"{os.path.basename(p)[:-3]}:{a}" in SLOW else [])
          for p in CONFIGS for a in VARIANTS.get(os.path.basename(p)[:-3], ["tiny"])]

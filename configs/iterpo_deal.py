@@ -1,0 +1,89 @@
+"""IterPO (Iterative PPO / GRPO) vs multi-turn GRPO: two bargainers in DealLite self-play.
+
+Paper: Jiang, Bhandari, Yang, Munos, Lu (Meta / FAIR), "Aligning LLMs Toward Multi-Turn
+Conversational Outcomes Using Iterative PPO" (arXiv 2511.21638, Nov 2025); its LLA 2026
+version ("... Using Iterative RLHF", openreview 4LnkDDwLg8) runs Iterative GRPO. A learned
+multi-turn Q-function is the reward model of a single-turn RLHF problem, whose solution by
+token-level PPO / GRPO is a policy-improvement step of the multi-turn problem; the method
+alternates fitting Q on logged trajectories of the current policy with that improvement.
+
+  python -m agent_rl.train --config=configs/iterpo_deal.py:tiny --workdir=/tmp/iterpo
+  python -m agent_rl.train --config=configs/iterpo_deal.py:tiny,grpo --workdir=/tmp/mt_grpo
+  python launch/reproduce.py --paper=iterpo_deal --scale=tiny --seeds=3
+  variants: grpo (the baseline: multi-turn GRPO, every turn gets its episode's group-
+  normalised env return, no critic) | shared (Q as a value head on the policy trunk instead of
+  its own decoder) | full.
+
+Method arm (credit `iterpo`, agent_rl/credit/iterpo.py, which states the reading precisely):
+the critic is the Q-function (`model.critic=separate`: its own decoder, as the paper's Q model
+is separate from the policy), regressed every iteration on the logged episodes' Monte-Carlo
+return-to-go (the value loss term); Q(s_t, a_t) is its value at the last token of turn t's
+action; each turn's advantage is single-turn GRPO of Q among the actions sampled at the same
+state (same task group, same `state_hash` before the action: at turn 0 all G episodes of a
+task; later, the episodes that reached the same offer); a state sampled once gets 0. Q is
+read at rollout time, i.e. as fitted on the batches logged before this one (a one-batch lag
+to the paper's fit-then-improve; no fresh actions are sampled at logged states: the group's
+own episodes are the samples). Windowed history, one turn per row: each turn is a single-turn
+sample. Both roles share one policy network (`agents.mode=shared`; per-agent weights with
+IterPO are not measured). Both arms optimise the same env reward (self-play: the
+joint welfare, alice's + bob's value of the deal / 10 each).
+
+Paper numbers: none reachable here. v1 is a technical note (the summaries found report no
+result table); the LLA version reports Iterative GRPO on sales-inspired conversational
+environments, but its numbers were not reachable (abstract only). So COMPARISON has no
+`paper` numbers and `paper_verified=False`. Expected direction (the papers' claim):
+IterPO >= multi-turn GRPO on the conversation's outcome (here eval/reward: self-play welfare;
+eval/success: deal rate), with more stable improvement.
+
+tiny (2-core CPU): SFT on the Nash-offer-then-accept plans (80 steps), then 15 RL iterations
+of 8 tasks x 4; one arm takes ~5-12 min here under a shared load (load 6-10). Measured,
+seeds 0-2 per arm (benchmarks/results/reproduce/iterpo_deal.md): the direction does NOT show
+at this scale. Held-out greedy self-play is near saturation after SFT (eval/reward 0.97,
+eval/success 0.99: mostly "alice offers 0 0 0, bob accepts") and ends at eval/reward 0.85
+(1.00, 1.00, 0.55) for IterPO vs 0.96 (1.00, 1.00, 0.88) for multi-turn GRPO, difference
+-0.11, Welch 95% interval [-0.69, +0.48]; eval/success 0.91 vs 1.00; alice against the fair
+bargainer 0.15 vs 0.17; the sampled training return (rollout/reward, last iteration) 0.65
+(0.75, 0.72, 0.47) vs 0.69 (0.60, 0.73, 0.73), -0.04 [-0.36, +0.28]. No difference beyond
+noise, if anything IterPO lower (its seed 2 lost welfare late). With Q as a value head on
+the policy trunk (`shared`, seed 0) the value regression damaged the policy: held-out
+self-play fell to eval/reward -0.50, eval/success 0.06 (invalid turns); hence the separate Q
+decoder by default. `--config.credit.kwargs.norm=mean_norm` (Q - mean, no std; seed 0):
+last-5-iteration rollout/reward 0.69, as the default's 0.69.
+"""
+from agent_rl.eval.reproduce import Comparison
+from agent_rl.train.config import scaled_config
+
+VARIANTS = dict(grpo=False, shared=False)
+COMPARISON = Comparison(
+    arms={"IterPO": "", "multi-turn GRPO": "grpo"}, method="IterPO", baselines=("multi-turn GRPO",),
+    metrics=("eval/reward", "eval/success", "eval/fair/reward", "rollout/reward"),
+    paper_source="Iterative PPO / GRPO (arXiv 2511.21638; LLA 2026): abstract, direction only",
+    paper_verified=False, setting="DealLite self-play (shared weights), eval: self-play and vs fair bargainer")
+
+
+def get_config(arg: str | None = None):
+  c, args = scaled_config(arg, VARIANTS)
+  c.env.name = "deal_lite"
+  c.rollout.history = "windowed"
+  c.agents.mode = "shared"
+  if args["grpo"]:
+    c.credit.name = "grpo"
+  else:
+    c.model.critic = "shared" if args["shared"] else "separate"
+    c.credit.name = "iterpo"
+    c.credit.kwargs.gamma = 1.0
+  c.loss.kwargs.clip_ratio_low = c.loss.kwargs.clip_ratio_high = 0.2
+  c.eval.variant_kwargs = {"fair": {"opponent": "fair"}}
+  if c.scale == "tiny":
+    c.rollout.max_turns, c.rollout.max_action_tokens = 6, 16
+    c.rollout.window_turns, c.rollout.window_tokens = 1, 0
+    c.rollout.num_tasks, c.rollout.group_size = 8, 4
+    c.train.iterations, c.train.minibatch_episodes = 15, 32
+    c.train.eval_every, c.train.ckpt_every = 5, 5
+    c.sft.steps, c.sft.num_demos = 80, 256
+    c.eval.num_tasks, c.eval.k = 32, 1
+  else:
+    c.rollout.max_turns, c.rollout.max_action_tokens = 6, 128
+    c.rollout.window_turns, c.rollout.window_tokens = 5, 4096
+    c.sft.steps = 0
+  return c
