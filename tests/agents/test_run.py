@@ -15,13 +15,9 @@ def _records(workdir):
     return [{k: v for k, v in json.loads(ln).items() if not k.startswith("time/")} for ln in f]
 
 
-# CI budget: lora (stacked adapters over a frozen base) runs in CI; the shared mode is the
-# single-network path of tests/train/test_resume.py and separate trains in CI through
-# tests/train/test_configs.py (ibrl_deal:tiny), so their resume checks run with -m slow.
-@pytest.mark.parametrize("mode", [pytest.param("shared", marks=pytest.mark.slow), "lora",
-                                  pytest.param("separate", marks=pytest.mark.slow)])
-def test_each_mode_trains_and_resumes_exactly(tmp_path, mode):
-  c = tiny_agents_config(mode, iterations=2, sft_steps=2)
+def _trains_and_resumes_exactly(c, tmp_path) -> list:
+  """Runs `c` straight (tmp_path/full) and killed after iteration 1 then resumed
+  (tmp_path/killed); asserts equal metrics; returns the RL iterations' records."""
   full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
   run(c, full)
   with pytest.raises(SimulatedKill):
@@ -29,7 +25,18 @@ def test_each_mode_trains_and_resumes_exactly(tmp_path, mode):
   run(c, killed)
   recs = _records(full)
   assert _records(killed) == recs
-  rl = [r for r in recs if "rollout/agent0/turns" in r]
+  return [r for r in recs if "rollout/agent0/turns" in r]
+
+
+# CI budget: lora (stacked adapters over a frozen base) runs in CI; the shared mode is the
+# single-network path of tests/train/test_resume.py and separate trains in CI through
+# tests/train/test_configs.py (ibrl_deal:tiny), so their resume checks run with -m slow.
+@pytest.mark.parametrize("mode", [pytest.param("shared", marks=pytest.mark.slow), "lora",
+                                  pytest.param("separate", marks=pytest.mark.slow)])
+def test_each_mode_trains_and_resumes_exactly(tmp_path, mode):
+  c = tiny_agents_config(mode, iterations=2, sft_steps=2)
+  full = str(tmp_path / "full")
+  rl = _trains_and_resumes_exactly(c, tmp_path)
   assert len(rl) == 2
   # both roles act (alternating turns) and per-agent metrics are logged
   assert all(r["rollout/agent0/turns"] > 0 and r["rollout/agent1/turns"] > 0 for r in rl)
@@ -47,14 +54,7 @@ def test_per_agent_weights_train_with_a_kl_reference_and_a_critic(tmp_path, mode
   pass routing rows to agents; resumes bit for bit."""
   c = tiny_agents_config(mode, iterations=2, credit="gae")
   c.model.critic, c.loss.kl_coef = "shared", 0.05
-  full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
-  run(c, full)
-  with pytest.raises(SimulatedKill):
-    run(c, killed, kill_after=1)
-  run(c, killed)
-  recs = _records(full)
-  assert _records(killed) == recs
-  rl = [r for r in recs if "rollout/agent0/turns" in r]
+  rl = _trains_and_resumes_exactly(c, tmp_path)
   assert len(rl) == 2 and all(np.isfinite(r["loss/kl_ref"]) and "loss/value" in r for r in rl), rl[-1]
 
 
