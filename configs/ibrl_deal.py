@@ -31,6 +31,7 @@ every scripted bargainer 0.00 (-0.12 after SFT): the tiny pair collapses to "ali
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
+from agent_rl.train.world_defaults import deal_lite
 
 VARIANTS = dict(team=False, lora=False, shared=False)
 COMPARISON = Comparison(
@@ -42,24 +43,10 @@ COMPARISON = Comparison(
 
 def get_config(arg: str | None = None):
   c, args = scaled_config(arg, VARIANTS)
-  c.env.name = "deal_lite"
-  c.rollout.history = "windowed"
+  deal_lite(c)
   c.agents.mode = "lora" if args["lora"] else "shared" if args["shared"] else "separate"
   if c.agents.mode == "lora":
     c.model.lora.rank, c.model.lora.alpha = 16, 32.0
   c.credit.name = "grpo" if args["team"] else "per_agent"
-  c.loss.kwargs.clip_ratio_low = c.loss.kwargs.clip_ratio_high = 0.2
   c.eval.variant_kwargs = {name: {"opponent": name} for name in ("fair", "greedy", "walker")}
-  if c.scale == "tiny":
-    c.rollout.max_turns, c.rollout.max_action_tokens = 6, 16
-    c.rollout.window_turns, c.rollout.window_tokens = 1, 0
-    c.rollout.num_tasks, c.rollout.group_size = 8, 4
-    c.train.iterations, c.train.minibatch_episodes = 15, 32
-    c.train.eval_every, c.train.ckpt_every = 5, 5
-    c.sft.steps, c.sft.num_demos = 80, 256
-    c.eval.num_tasks, c.eval.k = 32, 1
-  else:
-    c.rollout.max_turns, c.rollout.max_action_tokens = 6, 128
-    c.rollout.window_turns, c.rollout.window_tokens = 5, 4096
-    c.sft.steps = 0
   return c

@@ -52,6 +52,7 @@ last-5-iteration rollout/reward 0.69, as the default's 0.69.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
+from agent_rl.train.world_defaults import deal_lite
 
 VARIANTS = dict(grpo=False, shared=False)
 COMPARISON = Comparison(
@@ -63,8 +64,7 @@ COMPARISON = Comparison(
 
 def get_config(arg: str | None = None):
   c, args = scaled_config(arg, VARIANTS)
-  c.env.name = "deal_lite"
-  c.rollout.history = "windowed"
+  deal_lite(c)
   c.agents.mode = "shared"
   if args["grpo"]:
     c.credit.name = "grpo"
@@ -72,18 +72,5 @@ def get_config(arg: str | None = None):
     c.model.critic = "shared" if args["shared"] else "separate"
     c.credit.name = "iterpo"
     c.credit.kwargs.gamma = 1.0
-  c.loss.kwargs.clip_ratio_low = c.loss.kwargs.clip_ratio_high = 0.2
   c.eval.variant_kwargs = {"fair": {"opponent": "fair"}}
-  if c.scale == "tiny":
-    c.rollout.max_turns, c.rollout.max_action_tokens = 6, 16
-    c.rollout.window_turns, c.rollout.window_tokens = 1, 0
-    c.rollout.num_tasks, c.rollout.group_size = 8, 4
-    c.train.iterations, c.train.minibatch_episodes = 15, 32
-    c.train.eval_every, c.train.ckpt_every = 5, 5
-    c.sft.steps, c.sft.num_demos = 80, 256
-    c.eval.num_tasks, c.eval.k = 32, 1
-  else:
-    c.rollout.max_turns, c.rollout.max_action_tokens = 6, 128
-    c.rollout.window_turns, c.rollout.window_tokens = 5, 4096
-    c.sft.steps = 0
   return c

@@ -147,3 +147,26 @@ def spa_ppo(c, args):
   c.loss.kwargs.clip_ratio_high = 0.28
   c.loss.entropy_coef = 0.001
   return c
+
+
+def deal_lite(c):
+  """DealLite self-play (configs/ibrl_deal.py, configs/iterpo_deal.py): windowed history
+  with one turn per row (per-agent weights and single-turn credit both need it), 6 turns,
+  clip 0.2 both sides; tiny: SFT on the Nash-offer plans, 15 RL iterations of 8 tasks x 4,
+  32 held-out tasks; full: a 5-turn window, no SFT (the instruct model is the start)."""
+  c.env.name = "deal_lite"
+  c.rollout.history = "windowed"
+  c.loss.kwargs.clip_ratio_low = c.loss.kwargs.clip_ratio_high = 0.2
+  if c.scale == "tiny":
+    c.rollout.max_turns, c.rollout.max_action_tokens = 6, 16
+    c.rollout.window_turns, c.rollout.window_tokens = 1, 0
+    c.rollout.num_tasks, c.rollout.group_size = 8, 4
+    c.train.iterations, c.train.minibatch_episodes = 15, 32
+    c.train.eval_every, c.train.ckpt_every = 5, 5
+    c.sft.steps, c.sft.num_demos = 80, 256
+    c.eval.num_tasks, c.eval.k = 32, 1
+  else:
+    c.rollout.max_turns, c.rollout.max_action_tokens = 6, 128
+    c.rollout.window_turns, c.rollout.window_tokens = 5, 4096
+    c.sft.steps = 0
+  return c
