@@ -65,3 +65,14 @@ def test_start_up_refusals_name_the_field(tmp_path):
   c.eval.counterparts = {"x": str(tmp_path)}
   with pytest.raises(ValueError, match="eval.counterpart_agent"):
     validate(c)
+
+
+def test_counterparts_survive_a_saved_run_config(tmp_path):
+  """`eval.counterparts` holds the user's panel names: a run's saved config reads back with
+  them (export, evaluate and `model.init_from` read runs' configs)."""
+  from agent_rl.train.pretrained import load_run_config, save_run_config
+  c = tiny_agents_config("lora")
+  c.eval.counterparts = {"team": "runs/team", "early": "runs/ibrl@10"}
+  save_run_config(c, str(tmp_path))
+  back = load_run_config(str(tmp_path))
+  assert dict(back.eval.counterparts) == {"team": "runs/team", "early": "runs/ibrl@10"}
