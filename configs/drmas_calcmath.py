@@ -34,6 +34,7 @@ success, and a verifier that learned "always accept" from the demos leaves littl
 import agent_rl.envs.calc_math  # noqa: F401  (registers "calc_math_verify")
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
+from agent_rl.train.world_defaults import agents_mode, drmas
 
 VARIANTS = dict(grpo=False, lora=False, shared=False, verifier_scale=0.2)
 COMPARISON = Comparison(
@@ -50,15 +51,8 @@ def get_config(arg: str | None = None):
   k = c.env.kwargs
   k.verifier_scale = float(args["verifier_scale"])
   c.rollout.history = "windowed"
-  c.agents.mode = "lora" if args["lora"] else "shared" if args["shared"] else "separate"
-  if c.agents.mode == "lora":
-    c.model.lora.rank, c.model.lora.alpha = 16, 32.0
-  c.credit.name = "drmas"
-  c.credit.kwargs.norm_by_std = True
-  if args["grpo"]:
-    c.credit.kwargs.group_by_agent, c.credit.kwargs.pooled_rows = False, True
-  else:
-    c.credit.kwargs.group_by_agent = True
+  agents_mode(c, args)
+  drmas(c, args)
   c.loss.kwargs.clip_ratio_low = c.loss.kwargs.clip_ratio_high = 0.2
   if c.scale == "tiny":
     k.min_steps, k.max_steps, k.min_digits, k.max_digits, k.max_factor = 1, 2, 1, 2, 5

@@ -53,7 +53,7 @@ eval/avg@4 after SFT (the same SFT); after 10 RL iterations Dr. MAS 0.25 / 0.14,
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
-from agent_rl.train.world_defaults import kb_search_qa
+from agent_rl.train.world_defaults import agents_mode, drmas, kb_search_qa
 
 VARIANTS = dict(grpo=False, lora=False, shared=False, searcher_scale=0.2)
 COMPARISON = Comparison(
@@ -80,15 +80,8 @@ def get_config(arg: str | None = None):
   k.role_rewards = f"f1={float(args['searcher_scale'])},em=1.0"
   c.rollout.history = "windowed"  # per-agent weights: one turn, hence one agent, per row
   c.rollout.window_turns, c.rollout.window_tokens = turns - 1, 0  # the answerer sees every result
-  c.agents.mode = "lora" if args["lora"] else "shared" if args["shared"] else "separate"
-  if c.agents.mode == "lora":
-    c.model.lora.rank, c.model.lora.alpha = 16, 32.0
-  c.credit.name = "drmas"
-  c.credit.kwargs.norm_by_std = True
-  if args["grpo"]:
-    c.credit.kwargs.group_by_agent, c.credit.kwargs.pooled_rows = False, True
-  else:
-    c.credit.kwargs.group_by_agent = True
+  agents_mode(c, args)
+  drmas(c, args)
   c.loss.name = "vanilla"
   c.loss.kwargs.clip_ratio_low = c.loss.kwargs.clip_ratio_high = 0.2
   if c.scale == "tiny":

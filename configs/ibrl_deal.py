@@ -31,7 +31,7 @@ every scripted bargainer 0.00 (-0.12 after SFT): the tiny pair collapses to "ali
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
-from agent_rl.train.world_defaults import deal_lite
+from agent_rl.train.world_defaults import agents_mode, deal_lite
 
 VARIANTS = dict(team=False, lora=False, shared=False)
 COMPARISON = Comparison(
@@ -44,9 +44,7 @@ COMPARISON = Comparison(
 def get_config(arg: str | None = None):
   c, args = scaled_config(arg, VARIANTS)
   deal_lite(c)
-  c.agents.mode = "lora" if args["lora"] else "shared" if args["shared"] else "separate"
-  if c.agents.mode == "lora":
-    c.model.lora.rank, c.model.lora.alpha = 16, 32.0
+  agents_mode(c, args)
   c.credit.name = "grpo" if args["team"] else "per_agent"
   c.eval.variant_kwargs = {name: {"opponent": name} for name in ("fair", "greedy", "walker")}
   return c

@@ -170,3 +170,25 @@ def deal_lite(c):
     c.rollout.window_turns, c.rollout.window_tokens = 5, 4096
     c.sft.steps = 0
   return c
+
+
+def agents_mode(c, args):
+  """Per-agent weights from the `lora` / `shared` variants (default `separate`); LoRA rank 16,
+  alpha 32 for the adapters (the multi-agent configs)."""
+  c.agents.mode = "lora" if args["lora"] else "shared" if args["shared"] else "separate"
+  if c.agents.mode == "lora":
+    c.model.lora.rank, c.model.lora.alpha = 16, 32.0
+  return c
+
+
+def drmas(c, args):
+  """Dr. MAS (configs/drmas_*.py): agent-wise advantage normalization (`drmas` kernel, std
+  normalized, groups per (task, agent)); the `grpo` variant is its global-normalization
+  baseline (pooled rows, not grouped by agent)."""
+  c.credit.name = "drmas"
+  c.credit.kwargs.norm_by_std = True
+  if args["grpo"]:
+    c.credit.kwargs.group_by_agent, c.credit.kwargs.pooled_rows = False, True
+  else:
+    c.credit.kwargs.group_by_agent = True
+  return c
