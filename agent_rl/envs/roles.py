@@ -38,6 +38,39 @@ from agent_rl.envs.render import PieceTable
 from agent_rl.envs.tools.text import concat
 
 
+def parse_roles(spec, field: str) -> tuple[str, ...]:
+  """Role names from a tuple or a comma string: distinct and non-empty (errors name `field`)."""
+  roles = tuple(str(r).strip() for r in (spec.split(",") if isinstance(spec, str) else spec))
+  if len(roles) < 1 or not all(roles) or len(set(roles)) != len(roles):
+    raise ValueError(f"{field}: need distinct non-empty role names, got {spec!r}")
+  return roles
+
+
+def parse_schedule(spec, roles: tuple, field: str) -> tuple[int, ...]:
+  """Who acts turn t (`schedule[t % len]`) from a tuple or "0,1,0"; () = round robin."""
+  try:
+    sched = tuple(int(s) for s in (spec.split(",") if isinstance(spec, str) else spec)
+                  if str(s).strip())
+  except ValueError:
+    raise ValueError(f"{field}: agent indices as ints or '0,1,0', got {spec!r}") from None
+  sched = sched or tuple(range(len(roles)))
+  bad = [s for s in sched if not 0 <= s < len(roles)]
+  if bad:
+    raise ValueError(f"{field}: agents {bad} name no role (roles {roles}: 0..{len(roles) - 1})")
+  return sched
+
+
+def role_line(role: str) -> str:
+  """The line that starts an observation read by `role` (a shared network knows who it is)."""
+  return f"You are the {role}.\n"
+
+
+def roles_instruction(instruction: str, roles) -> str:
+  """An env's instruction with the roles that take its turns (the host text env's too)."""
+  return (f"{instruction}\nSeveral agents ({', '.join(roles)}) take the turns in order; "
+          "each observation says whose turn it is.")
+
+
 @struct.dataclass
 class RolesState:
   inner: Any
@@ -63,18 +96,8 @@ class Roles:
     if self.base == "roles" or self.base not in ENVS:
       raise ValueError(f"roles.base: unknown base env {self.base!r}; known: "
                        f"{', '.join(n for n in ENVS.names() if n != 'roles')}")
-    roles = tuple(str(r).strip() for r in (self.roles.split(",") if isinstance(self.roles, str)
-                                           else self.roles))
-    if len(roles) < 1 or not all(roles) or len(set(roles)) != len(roles):
-      raise ValueError(f"roles.roles: need distinct non-empty role names, got {self.roles!r}")
-    sched = self.schedule
-    if isinstance(sched, str):
-      sched = tuple(int(s) for s in sched.split(",") if s.strip())
-    sched = tuple(int(s) for s in sched) or tuple(range(len(roles)))
-    bad = [s for s in sched if not 0 <= s < len(roles)]
-    if bad:
-      raise ValueError(f"roles.schedule: agents {bad} name no role (roles {roles}: 0.."
-                       f"{len(roles) - 1})")
+    roles = parse_roles(self.roles, "roles.roles")
+    sched = parse_schedule(self.schedule, roles, "roles.schedule")
     kw = self.base_kwargs
     kw = tuple(sorted((dict(kw) if hasattr(kw, "items") else dict(kw)).items()))
     object.__setattr__(self, "roles", roles)
@@ -82,7 +105,7 @@ class Roles:
     object.__setattr__(self, "base_kwargs", kw)
     inner = make(self.base, tokenizer=self.tokenizer, **dict(kw))
     object.__setattr__(self, "_inner", inner)
-    lines = PieceTable(self.tokenizer, [f"You are the {r}.\n" for r in roles])
+    lines = PieceTable(self.tokenizer, [role_line(r) for r in roles])
     object.__setattr__(self, "_lines", lines)
     object.__setattr__(self, "_sched", jnp.asarray(sched, jnp.int32))
     pay = _role_rewards(self.role_rewards, roles, self.base, getattr(inner, "reward_names", None))
@@ -136,9 +159,7 @@ class Roles:
 
   @property
   def instruction(self) -> str:
-    names = ", ".join(self.roles)
-    return (f"{self._inner.instruction}\nSeveral agents ({names}) take the turns in order; "
-            "each observation says whose turn it is.")
+    return roles_instruction(self._inner.instruction, self.roles)
 
   def sample_task(self, key):
     return self._inner.sample_task(key)

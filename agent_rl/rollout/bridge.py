@@ -17,7 +17,9 @@ A host environment is a batched object with the obs/action token contract:
                  extra key]: [N]; optional reward_terms: [N, K]}
    (rows with active False are finished episodes: their outputs are ignored.)
     optional: reward_names (names of the reward terms); info_spec(action_len) -> the
-    batched info as ShapeDtypeStructs, called after reset.
+    batched info as ShapeDtypeStructs, called after reset; several agents: roles,
+    first_agents() -> [N] int32 who acts turn 0 (called after reset), and info agent_id /
+    next_agent.
 
 Info keys beyond the fixed ones become `EpisodeBatch.extras` exactly as in the compiled
 rollout. Without `info_spec` the extras are learned from the first step: the carry gains
@@ -78,6 +80,12 @@ class JaxHostEnv:
     self.obs_len = obs.tokens.shape[-1]
     h = None if self._hash is None else np.asarray(self._hash(self.state))
     return np.asarray(obs.tokens), np.asarray(obs.length), h
+
+  def first_agents(self) -> Optional[np.ndarray]:
+    """`[N]` who acts turn 0 (the env's `first_agent`; None: agent 0)."""
+    if not hasattr(self.env, "first_agent"):
+      return None
+    return np.asarray(jax.vmap(self.env.first_agent)(self.state), np.int32)
 
   def step(self, action_tokens, action_length, active):
     state, obs, reward, done, info = self._step(
@@ -145,9 +153,10 @@ class HostRollout:
     dummy = jnp.zeros((n,), jnp.int32)  # the env state lives on the host
     obs = Text(jnp.asarray(obs_tok, jnp.int32), jnp.asarray(obs_len, jnp.int32))
     h0 = None if hash0 is None else jnp.asarray(hash0, jnp.uint32)
+    a0 = first_agents(self.env)
     tm = dict(act=0.0, env=0.0, observe=0.0, other=0.0)
     t0 = time.perf_counter()
-    carry = jax.block_until_ready(start(params, dummy, obs, ep_keys, h0))
+    carry = jax.block_until_ready(start(params, dummy, obs, ep_keys, h0, a0))
     tm["observe"] += time.perf_counter() - t0
     for t in range(self.cfg.max_turns):
       if not bool(np.any(np.asarray(carry.alive))):
@@ -179,6 +188,13 @@ class HostRollout:
     tm["other"] += time.perf_counter() - t0
     self.timings = tm
     return result
+
+
+def first_agents(env) -> Optional[jax.Array]:
+  """`[N]` int32 who acts turn 0 of the episodes of the env's last reset (None: agent 0)."""
+  fn = getattr(env, "first_agents", None)
+  a0 = fn() if callable(fn) else None
+  return None if a0 is None else jnp.asarray(a0, jnp.int32)
 
 
 def _num_tasks(tasks) -> int:

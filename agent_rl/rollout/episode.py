@@ -155,9 +155,10 @@ class EpisodeLoop:
 
   # -- the loop ----------------------------------------------------------------------------
   def start(self, params, state, obs: Text, keys: jax.Array,
-            hash0: Optional[jax.Array] = None) -> EpisodeCarry:
+            hash0: Optional[jax.Array] = None, agent0: Optional[jax.Array] = None) -> EpisodeCarry:
     """Writes the first prompt (the concatenated layout prefills it). `hash0 [N]` overrides
-    the initial state fingerprint (host environments report their own)."""
+    the initial state fingerprint and `agent0 [N]` who acts turn 0 (host environments report
+    their own)."""
     n, t = self.n, self.t
     on = jnp.ones((n,), bool)
     tok, valid, length = layout.pack_block(self.pieces.first, obs.tokens, obs.length,
@@ -175,7 +176,8 @@ class EpisodeLoop:
         gate_cut=~on, episode_return=jnp.zeros((n,), jnp.float32), num_turns=zero,
         window_dropped_turns=zero, window_truncated_samples=zero, action_budget_hit=zero,
         state_hash=self._hash0(state, obs) if hash0 is None else hash0, sample_keys=keys,
-        decode_steps=jnp.zeros((), jnp.int32), agent=self._first_agent(state),
+        decode_steps=jnp.zeros((), jnp.int32),
+        agent=self._first_agent(state) if agent0 is None else agent0.astype(jnp.int32),
         layout=self.history.start(self, params, tok, valid, length))
 
   def act(self, params, carry: EpisodeCarry, t, cand: Optional[jax.Array] = None):

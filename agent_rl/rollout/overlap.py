@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_rl.envs.base import Text
-from agent_rl.rollout.bridge import HostRollout, _num_tasks
+from agent_rl.rollout.bridge import HostRollout, _num_tasks, first_agents
 from agent_rl.rollout.compiled import episode_keys
 from agent_rl.rollout.episode import EpisodeConfig, action_length
 from agent_rl.rollout.layout import PromptPieces
@@ -80,13 +80,14 @@ class OverlapRollout:
     alen = action_length(self.env, self.cfg)
     cut = (n_tasks // 2) * g
     halves = [self._half(np.arange(lo, hi), o, alen) for lo, hi in ((0, cut), (cut, n))]
+    a0 = first_agents(self.env)
     t0 = time.perf_counter()
     for h in halves:
       r = h.rows
       obs = Text(jnp.asarray(obs_tok[r], jnp.int32), jnp.asarray(obs_len[r], jnp.int32))
       h0 = None if hash0 is None else jnp.asarray(np.asarray(hash0)[r], jnp.uint32)
       h.carry = h.fns[1](params, jnp.zeros((len(r),), jnp.int32), obs,
-                         jnp.asarray(ep_keys)[r], h0)
+                         jnp.asarray(ep_keys)[r], h0, None if a0 is None else a0[r])
     jax.block_until_ready([h.carry for h in halves])
     tm["observe"] += time.perf_counter() - t0
     for t in range(self.cfg.max_turns):

@@ -56,6 +56,10 @@ def base_config() -> mlc.ConfigDict:
       split="train", eval_split="",  # task panels; "" = evaluate on the training panel
       extras="",  # comma list of GameStep.extras keys carried into the batch
       overlap=True,  # two half-batches in flight (rollout/overlap.py)
+      # Several agents on a game without roles of its own (envs/host/roles.py): comma lists.
+      roles="", schedule="",  # role names; who acts turn t ("" = round robin)
+      offset_by_task=False,  # each task's episodes start at a different point of the schedule
+      role_scales="",  # per-role scales of the score, columns role/<role> ("" = team reward)
   ))))
   c.rollout = mlc.ConfigDict(dict(
       num_tasks=16, group_size=8, max_turns=5, max_action_tokens=16,

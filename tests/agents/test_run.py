@@ -107,3 +107,17 @@ def test_export_picks_an_agent_and_other_agents_checkpoints_are_refused_and_kept
     run(c2, wd)
   assert sorted(os.listdir(os.path.join(wd, "checkpoints"))) == steps  # nothing moved aside
   assert not os.path.exists(os.path.join(wd, "checkpoints_corrupt"))
+
+
+def test_host_game_with_roles_trains_per_agent_lora_and_resumes_exactly(tmp_path):
+  """Issue 21 through the host bridge: KeyRoomDuo (a Python game that says who acts next and
+  pays each role its own scale) with per-agent LoRA adapters and Dr. MAS credit (each agent
+  scored by its own return column), overlapped host rollout; resumes bit for bit."""
+  c = tiny_agents_config("lora", iterations=2, credit="drmas")
+  c.env.name, c.env.kwargs = "host:toy_duo", {"num_rooms": 2, "max_steps": 4}
+  c.env.host.obs_tokens, c.env.host.eval_split = 64, "eval"
+  rl = _trains_and_resumes_exactly(c, tmp_path)
+  assert len(rl) == 2
+  assert sum(r["rollout/agent1/turns"] for r in rl) > 0 and all(
+      r["rollout/agent0/turns"] > 0 for r in rl)
+  assert all("rollout/agent1/return" in r and r["grad/norm/agent0"] > 0 for r in rl)

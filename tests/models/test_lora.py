@@ -76,7 +76,9 @@ def test_merge_and_unmerge(small_config):
   assert float(jnp.abs(adapted - forward(g, s, tokens, pos, ones)[0]).max()) > 1e-2
   merged_cfg, merged = lora.merge(cfg, state)
   assert merged_cfg == base
-  np.testing.assert_allclose(forward(g, merged, tokens, pos, ones)[0], adapted, atol=1e-5, rtol=0)
+  # float32: W + s*A@B is rounded once per weight, then summed over two layers; logits of
+  # magnitude ~2 differ by up to ~1.4e-5 depending on XLA:CPU's GEMM blocking (CI, 2026-12-03).
+  np.testing.assert_allclose(forward(g, merged, tokens, pos, ones)[0], adapted, atol=5e-5, rtol=0)
   back = lora.unmerge(cfg, merged, nnx.state(nnx.merge(g_l, state), LoRAParam))
   for (p, a), (q, b) in zip(nnx.to_flat_state(back), nnx.to_flat_state(state)):
     assert p == q

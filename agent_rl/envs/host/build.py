@@ -9,7 +9,9 @@ workers (0 = in-process, sequential), step_timeout_s, obs_tokens (the observatio
 admissible (list the admissible commands in the prompt), action_format (answer | raw),
 invalid_penalty, max_answer_bytes, split / eval_split (task panels of training / evaluation),
 extras (comma list of GameStep.extras keys carried into the batch), overlap (two pipelined
-half-batches, rollout/overlap.py).
+half-batches, rollout/overlap.py); several agents on a game without roles of its own: roles,
+schedule, offset_by_task, role_scales (roles.py; a game with roles, e.g. host:toy_duo, brings
+its own).
 
 The adapter modules are imported here by name (each imports its package only when a game is
 built, so an absent package costs nothing until it is asked for), then the registry decides.
@@ -20,6 +22,7 @@ import functools
 import importlib
 
 from agent_rl.envs.host.game import ADAPTERS
+from agent_rl.envs.host.roles import host_roles
 
 PREFIX = "host:"
 # Modules that register adapters in ADAPTERS (the toy first; the package adapters may be
@@ -73,6 +76,11 @@ def validate(c, need) -> None:
   need(h.action_format in ACTION_FORMATS, "env.host.action_format",
        f"unknown action format {h.action_format!r}; known: {', '.join(ACTION_FORMATS.names())}")
   need(bool(h.split), "env.host.split", "must name the training split")
+  # The fields agree with each other here; with the game's own roles when the env is built.
+  try:
+    host_roles((), h.roles, h.schedule, h.offset_by_task, h.role_scales)
+  except ValueError as e:
+    raise ValueError(f"config.{e}") from None
   need(c.rollout.strategy not in UNSUPPORTED_STRATEGIES, "rollout.strategy",
        f"{c.rollout.strategy!r} needs env-state cloning or task fields; host envs support the "
        f"others ({', '.join(UNSUPPORTED_STRATEGIES)} are JAX-env only)")
@@ -104,7 +112,8 @@ def make_env(c, tokenizer):
                        obs_len=int(h.obs_tokens), admissible=bool(h.admissible),
                        action_format=h.action_format, invalid_penalty=float(h.invalid_penalty),
                        max_answer_bytes=int(h.max_answer_bytes), extras=extras_of(h),
-                       overlap=bool(h.overlap))
+                       overlap=bool(h.overlap), roles=h.roles, schedule=h.schedule,
+                       offset_by_task=bool(h.offset_by_task), role_scales=h.role_scales)
   except BaseException:
     pool.close()
     raise
@@ -114,13 +123,19 @@ def corpus(c, num_tasks: int = 16, steps: int = 6) -> list[str]:
   """Tokenizer corpus of a host env (train/setup.py): its instruction, the observations of
   `num_tasks` games played in this process along their admissible commands (a fixed,
   deterministic walk), the answers, and the env's own messages."""
+  from agent_rl.envs.host.game import game_roles
   from agent_rl.envs.host.text_env import FAILED_TEXT, INVALID_TEXT, present
+  from agent_rl.envs.roles import role_line, roles_instruction
   from agent_rl.train.setup import SYSTEM_PROMPT
   load_adapters()
   h = c.env.host
   game = ADAPTERS.get(adapter_name(c.env.name))(**dict(c.env.kwargs))
   try:
     texts = [game.instruction(), "system\n" + SYSTEM_PROMPT, "user\n", "assistant\n"] * 32
+    roles = host_roles(game_roles(game), h.roles, h.schedule, h.offset_by_task, h.role_scales)
+    if roles.roles:
+      texts += [roles_instruction(game.instruction(), roles.roles)] * 8
+      texts += [role_line(r) for r in roles.roles] * 32
     texts += list(INVALID_TEXT.values()) + [FAILED_TEXT]
     for i, tid in enumerate(list(game.task_ids(h.split))[:num_tasks]):
       obs = game.reset(tid, i)

@@ -12,6 +12,11 @@ tokenizer, parse the model's action text, list admissible actions in the prompt 
     step = game.step("open the fridge")             # GameStep
     game.close()
 
+A game with roles (several agents take its turns, issue 21) also has `roles()` (its role
+names), says who acts next in `GameObs.next_agent` (the observation is rendered for that agent)
+and may pay each role its own reward (`GameStep.role_rewards`, one float per role). A game
+without roles can still be played by several agents on a schedule (text_env.py: `roles=`).
+
 Everything an adapter returns is plain Python data (picklable across the pool's pipes), and a
 reset is a pure function of (task_id, seed), so a run that resumes replays the same panels.
 """
@@ -32,22 +37,28 @@ class GameObs:
   text: the game's observation (feedback) text; admissible: the admissible commands where the
   game exposes them (None otherwise); state_key: bytes identifying the game state where the
   package exposes one (e.g. TextWorld's state facts), None to fall back on a hash of `text`.
+  next_agent: a game with roles: the agent (index into `roles()`) that acts next and reads
+  this observation; None for games without roles.
   """
   text: str
   admissible: Optional[tuple[str, ...]] = None
   state_key: Optional[bytes] = None
+  next_agent: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True)
 class GameStep:
   """One step's outcome. score_delta: the change of the game's running score (the reward);
-  won / lost: the game's own flags; extras: one float per key, the same keys every step."""
+  won / lost: the game's own flags; extras: one float per key, the same keys every step;
+  role_rewards: a game with roles that pays each role its own reward: one float per role
+  (() = the team reward `score_delta` only)."""
   obs: GameObs
   score_delta: float
   done: bool
   won: bool
   lost: bool = False
   extras: dict = dataclasses.field(default_factory=dict)
+  role_rewards: tuple = ()
 
 
 class TextGame(Protocol):
@@ -62,3 +73,9 @@ class TextGame(Protocol):
   def step(self, command: str) -> GameStep: ...
 
   def close(self) -> None: ...
+
+
+def game_roles(game) -> tuple[str, ...]:
+  """The role names of a game with roles (its optional `roles()`), else ()."""
+  fn = getattr(game, "roles", None)
+  return tuple(str(r) for r in fn()) if callable(fn) else ()

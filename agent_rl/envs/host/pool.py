@@ -29,12 +29,14 @@ import traceback
 import weakref
 from typing import Any, Callable, Sequence
 
+from agent_rl.envs.host.game import game_roles
 from agent_rl.registry import Registry
 
 OPS = Registry("game pool operation")
 OPS.register("reset", lambda game, arg: game.reset(*arg))
 OPS.register("step", lambda game, arg: game.step(arg))
 OPS.register("task_ids", lambda game, arg: list(game.task_ids(arg)))
+OPS.register("roles", lambda game, arg: game_roles(game))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,6 +230,13 @@ class GamePool:
     if isinstance(r, Failed):
       raise ValueError(f"task ids of split {split!r}: {r.reason}")
     return r
+
+  def roles(self) -> tuple[str, ...]:
+    """The role names of the pool's game (asked of game 0; () for a game without roles)."""
+    (r,) = self.call("roles", [(0, None)])
+    if isinstance(r, Failed):
+      raise ValueError(f"roles of the game: {r.reason}")
+    return tuple(r)
 
   def pids(self) -> list[int]:
     return [w.proc.pid for w in self._pool]

@@ -20,6 +20,11 @@ Rows are games: row i of a reset / step is game i of the pool. Per turn:
 - a game whose worker died or hung, or whose adapter raised: done, reward 0, success False,
   `fatal` and `worker_failed` True (pool.py restarts the worker).
 
+Several agents (issue 21; roles.py): a game with roles of its own, or any game on a schedule
+of `roles=`. Each observation then starts with its reader's role line ("You are the scout."),
+info carries `agent_id` (who acted) and `next_agent`, `first_agents()` says who acts turn 0,
+the state hash includes who acts next, and per-role reward columns follow roles.py.
+
 Tasks are int32 indices into the split's task panel (`sample_task(key)`: uniform, pure JAX),
 and a reset seed is a pure function of the rollout's reset key, so panels and resets replay
 exactly from the run seed (exact resume). Group members reset their own game with the same
@@ -36,6 +41,8 @@ import numpy as np
 
 from agent_rl.envs.host.game import GameObs, GameStep
 from agent_rl.envs.host.pool import Failed, GamePool
+from agent_rl.envs.host.roles import host_roles
+from agent_rl.envs.roles import role_line, roles_instruction
 from agent_rl.registry import Registry
 
 ACTION_FORMATS = Registry("host action format")
@@ -82,8 +89,12 @@ def present(obs: GameObs, admissible: bool) -> str:
   return text
 
 
-def state_hash(obs: GameObs, presented: str) -> int:
+def state_hash(obs: GameObs, presented: str, agent: Optional[int] = None) -> int:
+  """BLAKE2b of the game's state key (else the presented text), with who acts next when the
+  game is played by several agents (the same game state read by another agent differs)."""
   data = obs.state_key if obs.state_key is not None else presented.encode("utf-8")
+  if agent is not None and obs.state_key is not None:
+    data += b"|agent=%d" % agent
   return int.from_bytes(hashlib.blake2b(data, digest_size=4).digest(), "little")
 
 
@@ -99,14 +110,22 @@ class TextHostEnv:
   tokenizer: the run's (encode, decode, pad_id). split: the training task panel;
   eval_split: the panel of `for_eval()` ("" = the same panel, held-out reset seeds).
   extras: keys of `GameStep.extras` to carry into the batch (f32, 0 on rows without a step).
+  roles / schedule / offset_by_task / role_scales: several agents playing a game without
+  roles of its own (module docstring); a game with roles needs none of them.
   """
 
   def __init__(self, pool: GamePool, tokenizer, *, split: str = "train", eval_split: str = "",
                obs_len: int = 256, admissible: bool = False, action_format: str = "answer",
                invalid_penalty: float = -0.1, max_answer_bytes: int = 256,
-               extras: Sequence[str] = (), overlap: bool = True, _task_ids=None):
+               extras: Sequence[str] = (), overlap: bool = True, roles: Any = (),
+               schedule: Any = (), offset_by_task: bool = False, role_scales: Any = (),
+               _task_ids=None, _game_roles=None):
     if obs_len < 1:
       raise ValueError(f"TextHostEnv: obs_len must be >= 1, got {obs_len}")
+    self._kw = dict(obs_len=obs_len, admissible=admissible, action_format=action_format,
+                    invalid_penalty=invalid_penalty, max_answer_bytes=max_answer_bytes,
+                    extras=extras, overlap=overlap, roles=roles, schedule=schedule,
+                    offset_by_task=offset_by_task, role_scales=role_scales)
     self.parse = ACTION_FORMATS.get(action_format)
     self.pool, self.tokenizer = pool, tokenizer
     self.split, self.eval_split = split, eval_split
@@ -114,14 +133,22 @@ class TextHostEnv:
     self.admissible, self.action_format = bool(admissible), action_format
     self.invalid_penalty, self.max_answer_bytes = float(invalid_penalty), int(max_answer_bytes)
     self.extras, self.overlap = tuple(extras), bool(overlap)
-    self.reward_names = None
-    self.instruction = pool.instruction
     self.task_ids = tuple(_task_ids if _task_ids is not None else pool.task_ids(split))
     if not self.task_ids:
       raise ValueError(f"TextHostEnv: split {split!r} has no tasks")
+    self._game_roles = tuple(_game_roles if _game_roles is not None else pool.roles())
+    self.agents = host_roles(self._game_roles, roles, schedule, offset_by_task, role_scales)
+    self.roles = self.agents.roles
+    self.reward_names = self.agents.reward_names
+    self.role_reward_terms = self.agents.role_reward_terms
+    self.instruction = (roles_instruction(pool.instruction, self.roles) if self.roles else
+                        pool.instruction)
     self.stats = dict(obs_truncated=0, invalid_actions=0, failed_steps=0)
     self._last: list = []   # per row: the GameObs the agent last saw
     self._hash: list = []   # per row: its state hash
+    self._next: list = []   # per row: the agent that acts next (reads the observation)
+    self._turn: list = []   # per row: turns played (the schedule's clock)
+    self._offset: list = []  # per row: where in the schedule its episode started
     self._dead: set = set()  # rows whose reset failed: their first step ends them
     self._runners: dict = {}
     self._eval: Optional[TextHostEnv] = None
@@ -136,11 +163,8 @@ class TextHostEnv:
     if not self.eval_split or self.eval_split == self.split:
       return self
     if self._eval is None:
-      self._eval = TextHostEnv(
-          self.pool, self.tokenizer, split=self.eval_split, obs_len=self.obs_len,
-          admissible=self.admissible, action_format=self.action_format,
-          invalid_penalty=self.invalid_penalty, max_answer_bytes=self.max_answer_bytes,
-          extras=self.extras, overlap=self.overlap)
+      self._eval = TextHostEnv(self.pool, self.tokenizer, split=self.eval_split,
+                               _game_roles=self._game_roles, **self._kw)
     return self._eval
 
   # -- the HostEnv contract -----------------------------------------------------------------
@@ -156,7 +180,15 @@ class TextHostEnv:
                 fatal=s(jnp.bool_), worker_failed=s(jnp.bool_), obs_truncated=s(jnp.bool_),
                 admissible_action=s(jnp.bool_))
     spec.update({k: s(jnp.float32) for k in self.extras})
+    if self.roles:
+      spec.update(agent_id=s(jnp.int32), next_agent=s(jnp.int32))
+    if self.reward_names is not None:
+      spec["reward_terms"] = jax.ShapeDtypeStruct((n, len(self.reward_names)), jnp.float32)
     return spec
+
+  def first_agents(self) -> np.ndarray:
+    """`[N]` i32: who acts turn 0 of the episodes of the last reset (0 without roles)."""
+    return np.asarray(self._next, np.int32)
 
   def reset(self, tasks, reset_keys, group_size: int):
     """tasks [n_tasks] int32; reset_keys [n_tasks, 2] uint32 -> obs_tokens [N, obs_len],
@@ -177,9 +209,15 @@ class TextHostEnv:
     failed = GameObs(text=FAILED_TEXT)
     self._dead = {r for r, o in enumerate(obs) if not isinstance(o, GameObs)}  # fail at step 0
     self._last = [failed if r in self._dead else o for r, o in enumerate(obs)]
-    tok, length, trunc = self._tokenize([self._present(o) for o in self._last])
+    # The staggered start is a function of the reset seed (shared by a group's members).
+    self._offset = [self.agents.offset(reset_seed(keys[r // group_size])) for r in range(n)]
+    self._turn = [0] * n
+    self._next = [0 if r in self._dead else self.agents.who(0, self._offset[r], o.next_agent)
+                  for r, o in enumerate(self._last)]
+    texts = [self._present(o, r) for r, o in enumerate(self._last)]
+    tok, length, trunc = self._tokenize(texts)
     self.stats["obs_truncated"] += int(trunc.sum())
-    self._hash = [state_hash(o, self._present(o)) for o in self._last]
+    self._hash = [self._state_hash(o, t, r) for r, (o, t) in enumerate(zip(self._last, texts))]
     return tok, length, np.asarray(self._hash, np.uint32)
 
   def step(self, action_tokens, action_length, active):
@@ -206,22 +244,34 @@ class TextHostEnv:
     results = iter(self.pool.wait(ticket))
     m = len(rows)
     reward, done = np.zeros((m,), np.float32), np.zeros((m,), bool)
-    info = {k: np.zeros((m,), v.dtype) for k, v in self.info_spec(0, m).items()}
+    info = {k: np.zeros(v.shape, v.dtype) for k, v in self.info_spec(0, m).items()}
     texts = []
     for k, (r, cmd) in enumerate(zip(rows, commands)):
-      prev = self._last[r]
+      prev, acted = self._last[r], self._next[r]
+      if self.roles:
+        info["agent_id"][k] = acted
       if not on[k]:  # a finished episode: its outputs are ignored
-        texts.append(self._present(prev))
+        texts.append(self._present(prev, r))
         info["state_hash"][k] = self._hash[r]
+        if self.roles:
+          info["next_agent"][k] = acted
         continue
       if cmd is None and r not in self._dead:
         self.stats["invalid_actions"] += 1
-        obs = GameObs(text=INVALID_TEXT[self.action_format], admissible=prev.admissible,
-                      state_key=prev.state_key)
+        obs = GameObs(text=INVALID_TEXT.get(self.action_format, INVALID_TEXT["raw"]),
+                      admissible=prev.admissible,
+                      state_key=prev.state_key, next_agent=prev.next_agent)
         reward[k] = self.invalid_penalty
-        texts.append(self._present(obs))
-        info["state_hash"][k] = self._hash[r]  # the game did not move
+        self._advance(r, prev)  # the schedule moves on; a game with roles did not move
+        text = self._present(obs, r)
+        texts.append(text)
+        # the game did not move: the same state, unless the schedule passed the turn on
+        self._hash[r] = info["state_hash"][k] = (
+            self._state_hash(prev, self._present(prev, r), r) if self.agents.schedule
+            else self._hash[r])
         info["admissible_action"][k] = False
+        if self.reward_names:
+          self.agents.pay(info["reward_terms"][k], acted, None, (), self.invalid_penalty)
         continue
       res = Failed("reset failed") if r in self._dead else next(results)
       info["valid_action"][k] = cmd is not None
@@ -234,22 +284,45 @@ class TextHostEnv:
         texts.append(FAILED_TEXT)
         self._hash[r] = 0
         self._dead.discard(r)
+        if self.roles:
+          info["next_agent"][k] = acted
         continue
       self._last[r] = res.obs
-      text = self._present(res.obs)
+      self._advance(r, res.obs)
+      text = self._present(res.obs, r)
       texts.append(text)
-      self._hash[r] = info["state_hash"][k] = state_hash(res.obs, text)
+      self._hash[r] = info["state_hash"][k] = self._state_hash(res.obs, text, r)
       reward[k], done[k], info["success"][k] = res.score_delta, res.done, res.won
+      if self.reward_names:
+        self.agents.pay(info["reward_terms"][k], acted, res.score_delta, res.role_rewards,
+                        self.invalid_penalty)
       for e in self.extras:
         info[e][k] = float(res.extras.get(e, 0.0))
+    if self.roles:
+      for k, r in enumerate(rows):
+        if on[k] and not info["worker_failed"][k]:
+          info["next_agent"][k] = self._next[r]
     tok, length, trunc = self._tokenize(texts)
     info["obs_truncated"] = trunc & on
     self.stats["obs_truncated"] += int(info["obs_truncated"].sum())
     return tok, length, reward, done, info
 
+  # -- several agents -----------------------------------------------------------------------
+  def _advance(self, r: int, obs: GameObs) -> None:
+    """A turn was played on row r: the schedule's clock moves; who acts next is updated."""
+    self._turn[r] += 1
+    self._next[r] = self.agents.who(self._turn[r], self._offset[r], obs.next_agent)
+
+  def _state_hash(self, obs: GameObs, presented: str, r: int) -> int:
+    return state_hash(obs, presented, self._next[r] if self.roles else None)
+
   # -- text ---------------------------------------------------------------------------------
-  def _present(self, obs: GameObs) -> str:
-    return present(obs, self.admissible)
+  def _present(self, obs: GameObs, r: Optional[int] = None) -> str:
+    """The observation as row r's next agent reads it (its role line first)."""
+    text = present(obs, self.admissible)
+    if self.roles and r is not None and obs.text != FAILED_TEXT:
+      text = role_line(self.roles[self._next[r]]) + text
+    return text
 
   def _tokenize(self, texts: Sequence[str]):
     """tokens [n, obs_len] int32 (pad_id after the length), length [n], truncated [n]."""

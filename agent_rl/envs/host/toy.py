@@ -13,6 +13,7 @@ str seeding hashes with SHA-512, so it is the same in every process).
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Sequence
 
@@ -102,3 +103,46 @@ class KeyRoomGame:
 
   def close(self) -> None:
     self._state = None
+
+
+@ADAPTERS.register("toy_duo")
+class KeyRoomDuo(KeyRoomGame):
+  """KeyRoom for two agents, a game with roles (issue 21): the scout moves (`go to <room>`,
+  `look`), the keyholder handles the key and the door (`take key`, `unlock door`, `look`).
+  The game passes the turn to the keyholder when the room holds something for it (the key not
+  yet taken; the locked door once the key is held), else to the scout. A command of the other
+  role does nothing. Each role is paid its own scale of the score (`role_rewards`): scout 0.2,
+  keyholder 1.0, the different per-agent reward scales Dr. MAS (arXiv:2602.08847) studies."""
+
+  ROLES = ("scout", "keyholder")
+  SCALES = (0.2, 1.0)
+
+  def roles(self) -> tuple[str, ...]:
+    return self.ROLES
+
+  def instruction(self) -> str:
+    return ("Two agents search a house: the scout walks between rooms, the keyholder takes the "
+            "key and unlocks the door. Reply with one command as <answer>command</answer>.")
+
+  def _next_agent(self) -> int:
+    s = self._state
+    here = s["here"]
+    for_keyholder = ((s["key"] == here and not s["has_key"])
+                     or (s["door"] == here and s["has_key"] and not s["unlocked"]))
+    return int(for_keyholder)
+
+  def _obs(self, text: str) -> GameObs:
+    o = super()._obs(text)
+    who = self._next_agent()
+    mine = tuple(a for a in o.admissible if a == "look" or a.startswith("go to ") == (who == 0))
+    return GameObs(text=o.text, admissible=mine, state_key=o.state_key, next_agent=who)
+
+  def step(self, command: str) -> GameStep:
+    if self._state is None:
+      raise RuntimeError("KeyRoomDuo.step before reset")
+    cmd = " ".join(command.lower().split())
+    scout = self._next_agent() == 0
+    if cmd != "look" and cmd.startswith("go to ") != scout:
+      cmd = "(not this role's command)"  # does nothing, as an unknown command
+    st = super().step(cmd)
+    return dataclasses.replace(st, role_rewards=tuple(s * st.score_delta for s in self.SCALES))
