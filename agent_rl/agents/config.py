@@ -51,12 +51,10 @@ def validate_agents(c: Any, need) -> None:
   if a.mode == "lora":
     need(c.model.lora.rank > 0, "model.lora.rank",
          "agents.mode='lora' trains one adapter per agent: set model.lora.rank > 0")
-  for cond, field, what in (
-      (c.distill.coef == 0, "distill.coef", "distillation"),
-      (not c.hindsight.mode, "hindsight.mode", "hindsight rescoring"),
-      (not c.reward.model, "reward.model", "a reward model")):
-    need(cond, field, f"{what} with agents.mode={a.mode!r} is not supported yet (its scoring "
-         "forward does not route rows to agents); use agents.mode=shared")
+  # Every scoring forward routes rows to agents (agents.routing.route): the critic, the KL
+  # reference, the hindsight rescoring (each agent with the privileged prefix) and a
+  # distillation teacher (one network for every agent, or a run with the same agents); a
+  # reward model scores episodes, whoever acted.
 
 
 def resolve(c: Any, env: Any) -> Agents:
@@ -73,6 +71,18 @@ def resolve(c: Any, env: Any) -> Agents:
     raise ValueError(f"config.agents.mode: {c.agents.mode!r} needs an env with >= 2 roles; "
                      f"{c.env.name!r} has {len(roles) or 1}")
   return Agents(mode=c.agents.mode, num=num)
+
+
+def teacher_mode(teacher: "Agents", agents: "Agents", where: str) -> str:
+  """How a distillation teacher's rows are routed: one network (shared) teaches every agent;
+  a teacher with per-agent weights teaches agent k with its agent k (same mode and count)."""
+  if not teacher.stacked:
+    return "shared"
+  if teacher.tag != agents.tag:
+    raise ValueError(f"{where}: the teacher run holds agents {teacher.tag!r} (mode:count), the "
+                     f"run {agents.tag!r}; a teacher with per-agent weights teaches a run with "
+                     "the same agents.mode and agents.num (or use a single-network teacher)")
+  return teacher.mode
 
 
 def check_checkpoint(meta_agents: str, agents: Agents, where: str) -> None:

@@ -64,11 +64,16 @@ def row_logprobs(lm_graphdef, params, tok, pos, attn, priv: Text) -> jax.Array:
   return lp[:, priv.tokens.shape[1]:] * attn
 
 
-def privileged_logprobs(lm_graphdef, params, batch: EpisodeBatch, priv: Text) -> jax.Array:
-  """`[N, L]` log-probs of the batch's tokens under the policy with the privileged prefix."""
-  from agent_rl.train.learner import _rows
+def privileged_logprobs(lm_graphdef, params, batch: EpisodeBatch, priv: Text,
+                        mode: str = "shared") -> jax.Array:
+  """`[N, L]` log-probs of the batch's tokens under the policy with the privileged prefix;
+  with per-agent weights (`mode` lora | separate) each row under its acting agent's."""
+  from agent_rl.agents.routing import route
+  from agent_rl.train.learner import _rows, row_agents
   tok, pos, attn, shape = _rows(batch)
-  return row_logprobs(lm_graphdef, params, tok, pos, attn, priv).reshape(shape)
+  lp = route(mode, lambda p: row_logprobs(lm_graphdef, p, tok, pos, attn, priv), params,
+             row_agents(batch), lm_only=True)
+  return lp.reshape(shape)
 
 
 def reweight(rows, teacher_logprobs: jax.Array, *, mode: str, beta: float, gap_clip: float,
@@ -109,7 +114,8 @@ def rescore(run, lm_params, tasks, batch: EpisodeBatch, rows):
   policy, then the reweighted rows (`config.hindsight`) and their metrics."""
   c, env = run.c, run.setup.env
   priv = _episode_privileged_jit(env, tasks, c.rollout.group_size)
-  tlp = privileged_logprobs(run.spec.lm_graphdef, lm_params, batch, priv)
+  tlp = privileged_logprobs(run.spec.lm_graphdef, lm_params, batch, priv,
+                            mode=run.setup.agents.mode)
   h = c.hindsight
   return reweight(rows, tlp, mode=h.mode, beta=h.beta, gap_clip=h.gap_clip,
                   normalize=h.normalize)

@@ -265,7 +265,8 @@ def rl_batch(run: Run, prog: Progress, it: int):
     batch = batch.replace(ref_logprobs=learner.reference_logprobs(
         run.spec.lm_graphdef, prog.reference, batch, mode=run.setup.agents.mode))
   if run.teacher is not None:  # on-policy distillation: the teacher scores the student's tokens
-    batch = batch.replace(teacher_logprobs=learner.reference_logprobs(*run.teacher, batch))
+    g, p, mode = run.teacher
+    batch = batch.replace(teacher_logprobs=learner.reference_logprobs(g, p, batch, mode=mode))
   if run.reward_model is not None:  # its scores reach the rewards via the reward_model shaper
     batch = run.reward_model.attach(batch)
   batch, smetrics, shaper_state = shapers.apply_shapers(c, batch, prog.meta.shaper_state)

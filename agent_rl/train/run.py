@@ -130,8 +130,11 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
     rl_loss, sft_loss = lora_learner.frozen_loss(rl_loss), lora_learner.frozen_loss(sft_loss)
   teacher = None
   if c.distill.coef > 0:
+    from agent_rl.agents.config import teacher_mode
+    mode = teacher_mode(pretrained.run_agents(c.distill.teacher), setup.agents,
+                        "config.distill.teacher")
     t = pretrained.load_run_policy(c.distill.teacher, setup.model_cfg.vocab_size, place)
-    teacher = (t.lm_graphdef, t.params)
+    teacher = (t.lm_graphdef, t.params, mode)
   reward_model = None
   if c.reward.model:  # a frozen reward model scores each rollout (agent_rl.reward.use)
     from agent_rl.reward.use import load_for_rl

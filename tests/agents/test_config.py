@@ -11,7 +11,6 @@ from tests.agents.tiny import tiny_agents_config
     (lambda c: setattr(c.agents, "num", 1), r"config.agents.num: .*needs >= 2"),
     (lambda c: setattr(c.rollout, "history", "concatenated"), r"config.rollout.history:.*windowed"),
     (lambda c: setattr(c.model.lora, "rank", 0), r"config.model.lora.rank:"),
-    (lambda c: setattr(c.hindsight, "mode", "weight"), r"config.hindsight.mode: hindsight"),
 ])
 def test_bad_agent_configs_name_the_field(edit, match):
   c = tiny_agents_config("lora")
@@ -20,12 +19,14 @@ def test_bad_agent_configs_name_the_field(edit, match):
     validate(c)
 
 
-def test_distillation_with_per_agent_weights_names_the_field(tmp_path):
+def test_per_agent_weights_take_a_teacher_and_hindsight(tmp_path):
+  """Distillation and hindsight route rows to agents (tests/agents/test_routing.py)."""
   (tmp_path / "config.json").write_text("{}")  # a teacher run directory
   c = tiny_agents_config("lora")
   c.distill.coef, c.distill.teacher = 0.5, str(tmp_path)
-  with pytest.raises(ValueError, match=r"config.distill.coef: distillation"):
-    validate(c)
+  validate(c)
+  c.distill.coef, c.hindsight.mode = 0.0, "weight"
+  validate(c)
 
 
 @pytest.mark.parametrize("mode", ["lora", "separate"])

@@ -94,6 +94,49 @@ def test_kl_reference_and_critic_rows_equal_each_agents_own_model(mode):
   assert np.abs(plain - ref).max() > 1e-3  # agents differ: the routing is what made it equal
 
 
+@pytest.mark.parametrize("mode", ["lora", "separate"])
+def test_hindsight_rows_equal_each_agents_own_model_with_the_prefix(mode):
+  """Hindsight rescoring with per-agent weights: each windowed row under its acting agent's
+  model, the episode's privileged prefix first (hindsight.row_logprobs of agent k's params)."""
+  from agent_rl.envs.base import Text
+  from agent_rl.rollout.batch import from_turns
+  from agent_rl.train import hindsight
+  cfg, graphdef, params = _stacked(mode)
+  tok, pos, valid, agent = _inputs()
+  n, t = 2, B // 2
+  batch = from_turns(np.zeros((n, t)), np.ones((n, t), bool), np.zeros(n, np.int32),
+                     tokens_per_turn=L, agent_id=agent.reshape(n, t))
+  batch = batch.replace(tokens=tok.reshape(n, t * L), position=pos.reshape(n, t * L),
+                        attention_mask=valid.reshape(n, t * L), segment_len=L)
+  priv = Text(jnp.asarray(np.random.default_rng(5).integers(1, V, (n, 4)), jnp.int32),
+              jnp.asarray([4, 2], jnp.int32))
+  lm_gd = nnx.split(nnx.merge(graphdef, params).lm)[0]
+  got = np.asarray(hindsight.privileged_logprobs(lm_gd, params["lm"], batch, priv, mode=mode))
+  got = got.reshape(B, L)
+  single_lm_gd = nnx.split(ActorCritic(cfg, "none", logprob_chunk=0, rngs=nnx.Rngs(0)).lm)[0]
+  for b in range(B):
+    p_k = P.select_agent(mode, params["lm"], int(agent[b]), lm_only=True)
+    e = b // t
+    want = hindsight.row_logprobs(single_lm_gd, p_k, tok[b:b + 1], pos[b:b + 1], valid[b:b + 1],
+                                  Text(priv.tokens[e:e + 1], priv.length[e:e + 1]))
+    np.testing.assert_allclose(got[b], np.asarray(want[0]), atol=2e-5, rtol=1e-5)
+  plain = np.asarray(hindsight.privileged_logprobs(
+      lm_gd, P.select_agent(mode, params["lm"], 0, lm_only=True), batch, priv)).reshape(B, L)
+  assert np.abs(plain - got).max() > 1e-3  # agents differ: the routing is what made it equal
+
+
+def test_teacher_routing_follows_the_teacher_runs_agents():
+  from agent_rl.agents.config import Agents, teacher_mode
+  run = Agents("lora", 2)
+  assert teacher_mode(Agents("shared", 1), run, "t") == "shared"  # one network teaches all
+  assert teacher_mode(Agents("shared", 2), run, "t") == "shared"
+  assert teacher_mode(Agents("lora", 2), run, "t") == "lora"  # agent k teaches agent k
+  with pytest.raises(ValueError, match=r"t: the teacher run holds agents 'separate:2'"):
+    teacher_mode(Agents("separate", 2), run, "t")
+  with pytest.raises(ValueError, match=r"holds agents 'lora:3'"):
+    teacher_mode(Agents("lora", 3), run, "t")
+
+
 # CI budget: the rollout's routing is checked end to end in CI (tests/agents/test_rollout.py:
 # the behaviour log-probs equal the routed learner's, both modes); these unit checks: -m slow.
 @pytest.mark.slow

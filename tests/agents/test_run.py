@@ -121,3 +121,16 @@ def test_host_game_with_roles_trains_per_agent_lora_and_resumes_exactly(tmp_path
   assert sum(r["rollout/agent1/turns"] for r in rl) > 0 and all(
       r["rollout/agent0/turns"] > 0 for r in rl)
   assert all("rollout/agent1/return" in r and r["grad/norm/agent0"] > 0 for r in rl)
+
+
+def test_per_agent_lora_distills_from_a_single_network_teacher(tmp_path):
+  """On-policy distillation with per-agent weights: a shared-network DealLite run teaches
+  both agents' adapters (its log-probs scored on every row); the teacher term is logged."""
+  teacher = str(tmp_path / "teacher")
+  run(tiny_agents_config("shared", iterations=1), teacher)
+  c = tiny_agents_config("lora", iterations=1)
+  c.distill.coef, c.distill.teacher = 0.5, teacher
+  c.tokenizer.path = ""
+  last = run(c, str(tmp_path / "student"))
+  keys = [k for k in last if "distill" in k or "teacher" in k]
+  assert keys and all(np.isfinite(last[k]) for k in keys), last
