@@ -60,9 +60,11 @@ def _num_tasks(tasks) -> int:
 def make_rollout(policy: Policy, env: Any, cfg: EpisodeConfig, pieces: PromptPieces, *,
                  jit: bool = True) -> Callable[[Any, Any, jax.Array], Tuple[EpisodeBatch, dict]]:
   """A jitted `rollout(params, tasks, key) -> (EpisodeBatch, metrics)` (`jit=False`: the
-  traceable function, e.g. to wrap in chex.assert_max_traces or a larger jitted step)."""
+  traceable function, e.g. to wrap in chex.assert_max_traces or a larger jitted step).
+  `rollout(params, tasks, key, library)`: the experience library of a jitrl search
+  (rollout/jitrl.py; data, so a new library does not recompile)."""
 
-  def rollout(params, tasks, key):
+  def rollout(params, tasks, key, library=None):
     n_tasks, g = _num_tasks(tasks), cfg.group_size
     reset_keys, ep_keys, group_id = episode_keys(key, n_tasks, g)
     state, obs = reset_groups(env, tasks, reset_keys, g)
@@ -79,7 +81,7 @@ def make_rollout(policy: Policy, env: Any, cfg: EpisodeConfig, pieces: PromptPie
         out = step(c.env_state, action)
         c = loop.record(c, t, active, out)
       else:
-        c = _search_turn(loop, params, c, t, step)
+        c = _search_turn(loop, params, c, t, step, library)
       return jax.lax.cond(t < t_max - 1, lambda c: loop.observe(params, c, t), lambda c: c, c)
 
     def body(c, t):
@@ -99,8 +101,8 @@ def info_spec(step: Callable, state: Any, n: int, action_len: int) -> dict:
   return jax.eval_shape(step, jax.tree.map(sds, state), action)[4]
 
 
-def _search_turn(loop: EpisodeLoop, params, c: EpisodeCarry, t, step):
-  """One TSR turn: clone rows into candidates, act and step all, keep the chosen ones."""
+def _search_turn(loop: EpisodeLoop, params, c: EpisodeCarry, t, step, library=None):
+  """One TSR / jitrl turn: clone rows into candidates, act and step all, keep the chosen."""
   cfg = loop.cfg.search
   n, k = loop.n, cfg.num_candidates
   keys, was_alive = c.sample_keys, c.alive
@@ -110,7 +112,7 @@ def _search_turn(loop: EpisodeLoop, params, c: EpisodeCarry, t, step):
   ce = big.record(ce, t, active, step(ce.env_state, action))
   reward = ce.turns.reward[:, t]
   c, _ = search.select(ce, reward, jnp.repeat(was_alive, k), n, loop.cfg.group_size, cfg,
-                       loop.env)
+                       loop.env, library=library, keys=keys, t=t)
   return c.replace(sample_keys=keys)  # each slot keeps its own key stream, whatever its parent
 
 

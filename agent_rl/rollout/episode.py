@@ -46,18 +46,25 @@ assert set(HISTORY_MODES) == set(HISTORY.names()), HISTORY.names()
 class SearchConfig:
   """TSR trajectory search (ALGORITHMS.md §4.10), see search.py.
 
-  mode: "best_of_n" (per episode keep the best of n candidate actions each turn) or
-    "beam" (per group keep the G best of G*n expansions by cumulative score).
+  mode: "best_of_n" (per episode keep the best of n candidate actions each turn),
+    "beam" (per group keep the G best of G*n expansions by cumulative score) or "jitrl"
+    (keep candidate i with probability softmax(Q^(s, a_i) / beta) from the experience library
+    the rollout is given: JitRL's test-time policy, rollout/jitrl.py).
   num_candidates: n. heuristic: optional `env_state -> f32` added to the env reward, or the
     name of one registered in `search.HEURISTICS` (resolved against the env: config-settable).
+  beta: jitrl's temperature (KL weight).
   """
   mode: str = "best_of_n"
   num_candidates: int = 4
   heuristic: Optional[Callable[[Any], jax.Array]] = None
+  beta: float = 1.0
 
   def __post_init__(self):
-    if self.mode not in ("best_of_n", "beam"):
-      raise ValueError(f"SearchConfig.mode must be 'best_of_n' or 'beam', got {self.mode!r}")
+    if self.mode not in ("best_of_n", "beam", "jitrl"):
+      raise ValueError(f"SearchConfig.mode must be 'best_of_n', 'beam' or 'jitrl', got "
+                       f"{self.mode!r}")
+    if self.mode == "jitrl" and not (self.beta > 0 and self.beta < float("inf")):
+      raise ValueError(f"SearchConfig.beta must be a finite float > 0, got {self.beta}")
     if self.num_candidates < 1:
       raise ValueError(f"SearchConfig.num_candidates must be >= 1, got {self.num_candidates}")
 

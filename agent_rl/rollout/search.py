@@ -9,6 +9,8 @@ each candidate samples its own action (per-candidate keys), the clones are stepp
              (env reward of the turn + optional heuristic(state after the step));
   beam       per group (the G members are the beams) keep the G highest cumulative
              scores among the G * n expansions (+ heuristic of the new state).
+  jitrl      keep candidate i with probability softmax(Q^(s, a_i) / beta), Q^ from an
+             experience library (jitrl.py): JitRL's test-time policy, by resampling.
 
 Only the chosen candidates' tokens and behaviour log-probs survive (the whole carry is
 gathered by the chosen rows), so the EpisodeBatch looks like an ordinary rollout and any
@@ -62,16 +64,27 @@ def expand(carry: Any, n: int, k: int):
 
 
 def select(carry: Any, turn_reward: jax.Array, was_alive: jax.Array, n: int, group_size: int,
-           cfg: SearchConfig, env: Any = None):
+           cfg: SearchConfig, env: Any = None, library: Any = None, keys: Any = None,
+           t: Any = None):
   """Chooses n of the n*k expanded rows; returns the gathered carry and the chosen rows [n].
 
   carry: the expanded EpisodeCarry (any pytree with `episode_return [n*k]`, the cumulative
   returns, and `env_state`, the states after the step); turn_reward: `[n*k]` reward of
   this turn per candidate; was_alive: `[n*k]` the row was alive before the turn (its
-  clones compete); env: resolves a named heuristic.
+  clones compete); env: resolves a named heuristic. jitrl: `library` (jitrl.Library, None =
+  empty), the rows' sample keys `[n, 2]` and the turn t (the resampling draw).
   """
   k = cfg.num_candidates
   cand = jnp.tile(jnp.arange(k), n)
+  if cfg.mode == "jitrl":
+    from agent_rl.rollout import jitrl
+    lib = library if library is not None else jitrl.Library.empty(1)
+    q = jitrl.q_values(lib, carry.turns.state_hash[:, t], carry.turns.next_hash[:, t])
+    draw = jax.vmap(jax.random.fold_in)(
+        jax.vmap(jax.random.fold_in, (0, None))(keys, t), jnp.full((n,), 0x5E1EC7, jnp.uint32))
+    pick = jitrl.select(q.reshape(n, k), was_alive.reshape(n, k), draw, cfg.beta)
+    rows = jnp.arange(n) * k + pick
+    return _rows(carry, n * k, lambda x: jnp.take(x, rows, axis=0)), rows
   bonus = 0.0
   heuristic = heuristic_fn(cfg.heuristic, env)
   if heuristic is not None:
