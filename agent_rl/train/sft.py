@@ -31,7 +31,16 @@ DEMO_SEED_BASE = 1_000_000
 
 
 def demo_rows(c, setup, ecfg, workdir: str) -> Minibatch:
-  """All SFT rows: the solver plans of `config.sft.num_demos` tasks replayed as episodes."""
+  """All SFT rows: the solver plans of `config.sft.num_demos` tasks replayed as episodes
+  (a host env: its games' expert plans, data/host_demos.py)."""
+  from agent_rl.envs.host.build import is_host
+  if is_host(c.env.name):
+    from agent_rl.data.host_demos import host_demo_batches
+    batches, st = host_demo_batches(setup.env, setup.tokenizer, ecfg, setup.pieces,
+                                    setup.model_cfg.vocab_size, c.sft.num_demos, DEMO_SEED_BASE)
+    print(f"SFT demos (host): {st['demos']} games ({st['skipped']} without a plan), replayed "
+          f"success {st['replayed_success']:.3f}", flush=True)
+    return jax.tree.map(lambda *x: jnp.concatenate(x, axis=0), *map(_rows_of, batches))
   seeds = [DEMO_SEED_BASE + i for i in range(c.sft.num_demos)]
   builder = DemoBuilder(env=setup.env, env_name=c.env.name, env_kwargs=dict(c.env.kwargs),
                         seeds=seeds, data_dir=os.path.join(workdir, "data"))
@@ -50,6 +59,13 @@ def demo_rows(c, setup, ecfg, workdir: str) -> Minibatch:
                               sampler=dataclasses.replace(ecfg.sampler, greedy=True))
   batch, metrics = rollout(scripted_policy(setup.model_cfg.vocab_size), jnp.asarray(forced),
                            setup.env, tasks, key, g_cfg, setup.pieces)
+  print(f"SFT demos: {len(demos)} tasks, replayed success {float(metrics['rollout/success']):.3f}",
+        flush=True)
+  return _rows_of(batch)
+
+
+def _rows_of(batch) -> Minibatch:
+  """A replayed demo batch as SFT rows (windowed: one row per turn)."""
   rows = Minibatch(tokens=batch.tokens, position=batch.position,
                    attention_mask=batch.attention_mask, loss_mask=batch.loss_mask,
                    turn_index=batch.turn_index, old_logprobs=batch.logprobs,
@@ -57,11 +73,8 @@ def demo_rows(c, setup, ecfg, workdir: str) -> Minibatch:
   if batch.segment_len:
     rows = jax.tree.map(lambda x: x.reshape(-1, batch.segment_len), rows)
   # Each row's acting agent (the env's schedule during the replay), for per-agent weights.
-  rows = rows._replace(agent=batch.agent_id.reshape(-1) if batch.segment_len else
+  return rows._replace(agent=batch.agent_id.reshape(-1) if batch.segment_len else
                        batch.agent_id[:, 0])
-  print(f"SFT demos: {len(demos)} tasks, replayed success {float(metrics['rollout/success']):.3f}",
-        flush=True)
-  return rows
 
 
 def make_sft_loss(apply_fn):

@@ -63,6 +63,8 @@ def test_host_run_with_pool_matches_in_process(tmp_path):
     ("env.host.step_timeout_s", 0.0, "env.host.step_timeout_s"),
     ("rollout.strategy", "tsr", "rollout.strategy"),
     ("log.episodes", 3, "log.episodes"),
+    ("sft.world_model", True, "sft.world_model"),
+    ("env.host.role_scales", "1,2", "env.host.role_scales needs env.host.roles"),
 ])
 def test_host_config_is_validated_before_anything_builds(field, value, match):
   c = host_config()
@@ -79,3 +81,46 @@ def test_host_adapter_kwargs_are_checked():
   c.env.kwargs.rooms = 3
   with pytest.raises(ValueError, match="config.env.kwargs.*'rooms'"):
     validate(c)
+
+
+def test_host_sft_demos_replay_the_games_expert_plans():
+  """The SFT rows of a host run: each demo game's expert plan (KeyRoom's shortest plan)
+  replayed through the host rollout, in chunks of the pool's size; the loss-mask tokens are
+  the plan's turns and every replayed demo wins."""
+  import jax
+  import numpy as np
+  from agent_rl.data.host_demos import host_demo_batches
+  from agent_rl.envs.host.pool import GamePool
+  from agent_rl.envs.host.text_env import TextHostEnv, reset_seed
+  from agent_rl.envs.host.toy import KeyRoomGame
+  from agent_rl.eval.evaluate import episode_config
+  from agent_rl.rollout.compiled import episode_keys
+  from agent_rl.rollout.layout import chat_pieces
+  from agent_rl.tokenizers import ByteTokenizer
+  tok = ByteTokenizer()
+  env = TextHostEnv(GamePool(KeyRoomGame, 3, workers=0), tok, obs_len=48)
+  c = host_config()
+  c.rollout.max_turns, c.rollout.max_action_tokens = 4, 40
+  ecfg = episode_config(c, tok)
+  batches, st = host_demo_batches(env, tok, ecfg, chat_pieces(tok, env.instruction, "sys"),
+                                  tok.vocab_size, 7, 1000)
+  assert st == dict(demos=7, skipped=0, replayed_success=1.0) and len(batches) == 3  # 3+3+1
+  b = batches[0]
+  first = np.asarray(b.tokens)[0][np.asarray(b.loss_mask)[0] > 0]
+  reset_keys, _, _ = episode_keys(jax.random.fold_in(jax.random.key(0), 0), 3, 1)
+  from agent_rl.envs.tasks import sample_tasks
+  task0 = int(np.asarray(sample_tasks(env, [1000]))[0])
+  plan = KeyRoomGame().expert(env.task_ids[task0], reset_seed(np.asarray(reset_keys)[0]))
+  text = tok.decode([int(x) for x in first])
+  assert [seg.split("</answer>")[0] for seg in text.split("<answer>")[1:]] == plan
+
+
+def test_host_run_sft_warm_start_lifts_held_out_success(tmp_path):
+  """SFT on the toy game's expert plans: held-out success after SFT above before it."""
+  c = host_config(iterations=0)
+  c.rollout.max_turns, c.rollout.max_action_tokens = 4, 16  # plans are up to 4 commands
+  c.sft.steps, c.sft.num_demos, c.sft.batch_size = 150, 32, 8
+  c.optim.lr = 3e-3
+  run(c, str(tmp_path / "sft"))
+  recs = [r for r in _records(str(tmp_path / "sft")) if "eval/success" in r]
+  assert len(recs) >= 2 and recs[-1]["eval/success"] > recs[0]["eval/success"], recs

@@ -84,8 +84,8 @@ def validate(c, need) -> None:
   need(c.rollout.strategy not in UNSUPPORTED_STRATEGIES, "rollout.strategy",
        f"{c.rollout.strategy!r} needs env-state cloning or task fields; host envs support the "
        f"others ({', '.join(UNSUPPORTED_STRATEGIES)} are JAX-env only)")
-  need(c.sft.steps == 0 and not c.sft.world_model, "sft.steps",
-       "SFT demonstrations come from a JAX env's solver; host envs have none (set 0)")
+  need(not c.sft.world_model, "sft.world_model",
+       "world-model SFT renders a JAX env's states; host envs take plain expert demos only")
   need(not c.hindsight.mode, "hindsight.mode", "host envs have no privileged text")
   need(c.log.episodes == 0, "log.episodes",
        "rendering held-out episodes runs the compiled rollout (eval/episodes.py); set 0 for "

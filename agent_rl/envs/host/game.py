@@ -12,6 +12,10 @@ tokenizer, parse the model's action text, list admissible actions in the prompt 
     step = game.step("open the fridge")             # GameStep
     game.close()
 
+A game may also have `expert(task_id, seed) -> [command, ...]`, a winning plan from that
+start (the package's walkthrough, gold path or planner): the SFT demonstrations of a host run
+(data/host_demos.py).
+
 A game with roles (several agents take its turns, issue 21) also has `roles()` (its role
 names), says who acts next in `GameObs.next_agent` (the observation is rendered for that agent)
 and may pay each role its own reward (`GameStep.role_rewards`, one float per role). A game

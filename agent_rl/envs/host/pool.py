@@ -37,6 +37,7 @@ OPS.register("reset", lambda game, arg: game.reset(*arg))
 OPS.register("step", lambda game, arg: game.step(arg))
 OPS.register("task_ids", lambda game, arg: list(game.task_ids(arg)))
 OPS.register("roles", lambda game, arg: game_roles(game))
+OPS.register("expert", lambda game, arg: list(game.expert(*arg)))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -154,6 +154,23 @@ class TextHostEnv:
     self._eval: Optional[TextHostEnv] = None
 
   # -- tasks --------------------------------------------------------------------------------
+  @property
+  def plan_format(self) -> str:
+    """How an expert command becomes the turn the policy writes (envs.tasks.plan_format)."""
+    return "<answer>{}</answer>" if self.action_format == "answer" else "{}"
+
+  def expert_plans(self, tasks, reset_keys) -> list:
+    """The games' expert plans (`TextGame.expert`) from the starts a reset with these tasks
+    `[n]` and reset keys `[n, 2]` gives (games 0..n-1 compute them): a list of command lists,
+    None where the game has no plan (its adapter raised, or it has no expert)."""
+    idx = np.asarray(tasks).reshape(-1)
+    keys = np.asarray(reset_keys).reshape(len(idx), -1)
+    if len(idx) > self.pool.num_games:
+      raise ValueError(f"TextHostEnv: {len(idx)} expert plans but the pool holds "
+                       f"{self.pool.num_games} games")
+    items = [(r, (self.task_ids[int(i)], reset_seed(keys[r]))) for r, i in enumerate(idx)]
+    return [p if isinstance(p, list) else None for p in self.pool.call("expert", items)]
+
   def sample_task(self, key: jax.Array) -> jax.Array:
     """A task: an int32 index into `task_ids`, uniform."""
     return jax.random.randint(key, (), 0, len(self.task_ids), dtype=jnp.int32)

@@ -101,6 +101,16 @@ class KeyRoomGame:
     return GameStep(obs=self._obs(text), score_delta=delta, done=won or lost, won=won, lost=lost,
                     extras={"steps": float(s["steps"])})
 
+  def expert(self, task_id: str, seed: int) -> list[str]:
+    """The shortest winning plan from the start of (task_id, seed) (leaves the game reset)."""
+    self.reset(task_id, seed)
+    s = self._state
+    plan = [] if s["key"] == s["here"] else [f"go to {s['key']}"]
+    plan.append("take key")
+    if s["door"] != s["key"]:
+      plan.append(f"go to {s['door']}")
+    return plan + ["unlock door"]
+
   def close(self) -> None:
     self._state = None
 

@@ -1,0 +1,63 @@
+"""SFT demonstrations of a host text game (envs/host): each game's expert plan
+(`TextGame.expert`: the package's walkthrough, gold path or planner; the toy's shortest plan)
+replayed through the host rollout by the scripted policy (data/scripted.py), so the SFT rows
+have exactly the RL layout, as data/demos.py + train/sft.py do for the JAX envs' solvers.
+
+Demo task i is the training panel's `env.sample_task(key(seed_base + i))`. The demos are
+replayed in chunks of at most the pool's size (a host rollout steps one game per episode);
+chunk j's rollout key is fold_in(key(0), j), and each plan is computed by the game from the
+start that key's reset gives it (the same (task_id, seed)), so the replay follows the plan.
+A game without a plan (its adapter raised or has no `expert`) is left out and counted. Plans
+are recomputed on each start-up (no dataset on disk): a host package's planner is the source
+of truth, and the SFT rows are a pure function of the run config.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agent_rl.data.scripted import encode_plans, scripted_policy
+from agent_rl.envs.tasks import sample_tasks
+from agent_rl.rollout.bridge import HostRollout
+from agent_rl.rollout.compiled import episode_keys
+
+
+def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: int,
+                      seed_base: int):
+  """(EpisodeBatches of the replayed demos, {demos, skipped, replayed_success})."""
+  tasks = np.asarray(sample_tasks(env, [seed_base + i for i in range(num_demos)]))
+  chunk = env.pool.num_games
+  g_cfg = dataclasses.replace(ecfg, group_size=1, gate=None, search=None,
+                              sampler=dataclasses.replace(ecfg.sampler, greedy=True))
+  batches, skipped, wins, n = [], 0, 0.0, 0
+  for j, lo in enumerate(range(0, num_demos, chunk)):
+    t = tasks[lo:lo + chunk]
+    key = jax.random.fold_in(jax.random.key(0), j)
+    reset_keys, _, _ = episode_keys(key, len(t), 1)
+    plans = env.expert_plans(t, np.asarray(reset_keys))
+    keep = [i for i, p in enumerate(plans) if p]
+    skipped += len(t) - len(keep)
+    if not keep:
+      continue
+    if len(keep) < len(t):  # the plans were computed for these starts: replay the same ones
+      t, plans = t[keep], [plans[i] for i in keep]
+      reset_keys, _, _ = episode_keys(key, len(t), 1)
+      plans = env.expert_plans(t, np.asarray(reset_keys))
+      if not all(plans):
+        raise ValueError("host expert plans changed between two calls for the same starts")
+    forced = encode_plans(tokenizer, plans, g_cfg.max_turns, g_cfg.sampler.max_tokens,
+                          fmt=env.plan_format)
+    # The plain host loop: the scripted policy's "params" are per-row scripts, which the
+    # overlapped loop's half-batches would not slice.
+    batch, _ = HostRollout(scripted_policy(vocab_size), env, g_cfg, pieces)(
+        jnp.asarray(forced), jnp.asarray(t), key)
+    batches.append(batch)
+    wins += float(jnp.sum(jnp.any(batch.success, axis=1)))
+    n += len(t)
+  if not batches:
+    raise ValueError(f"config.sft.steps: none of the {num_demos} host demo games has an expert "
+                     "plan (TextGame.expert); set sft.steps=0")
+  return batches, dict(demos=n, skipped=skipped, replayed_success=wins / max(n, 1))
