@@ -1,7 +1,6 @@
 """Per-agent weights: the routed rollout policy and learner forward equal agent k's own model
 on agent k's rows (lora: gathered adapters in one forward; separate: vmapped copies), and
 gradients reach only the agents whose rows the loss reads."""
-import dataclasses
 
 import jax
 import jax.numpy as jnp

@@ -1,8 +1,6 @@
 """Several agents on host text games (issue 21): a game with roles (KeyRoomDuo) and a game
 without (KeyRoom on a schedule), against the games played directly in plain Python; the host
 rollouts record who acted as the env says, overlapped or not."""
-import hashlib
-
 import jax
 import numpy as np
 import pytest
@@ -17,28 +15,15 @@ from agent_rl.rollout.overlap import OverlapRollout
 from agent_rl.tokenizers import ByteTokenizer
 
 from tests.envs.host.test_overlap import _cfg, _policy, _same
+from tests.envs.host.test_text_env import _actions, _h
 
 TOK = ByteTokenizer()
-A = 48
 PEN = -0.5
 # The command is picked by the action text's length: random policies walk, take and unlock,
 # so both roles of the duo get turns (and commands of the other role).
 DUO_CMDS = ("go to hall", "go to kitchen", "go to study", "take key", "unlock door", "look")
 ACTION_FORMATS.register("duo_walk", lambda text, max_answer_bytes=256:
                         DUO_CMDS[len(text) % len(DUO_CMDS)] if len(text) % 7 else None)
-
-
-def _actions(texts):
-  tok = np.full((len(texts), A), TOK.pad_id, np.int32)
-  length = np.zeros((len(texts),), np.int32)
-  for i, t in enumerate(texts):
-    ids = TOK.encode(t)[:A]
-    tok[i, :len(ids)], length[i] = ids, len(ids)
-  return tok, length
-
-
-def _h(data: bytes) -> int:
-  return int.from_bytes(hashlib.blake2b(data, digest_size=4).digest(), "little")
 
 
 def _decode(tok, length, r):
