@@ -53,19 +53,6 @@ def test_time_rounds(rollout_fn, params, tasks, key, *, rounds: int, builder: Li
   return out if learn else out * rounds
 
 
-_CONFIG = None  # --config (defined under __main__: a config-file flag)
-_WORKDIR = flags.DEFINE_string("workdir", None, "the frozen run's workdir")
-_ROUNDS = flags.DEFINE_integer("rounds", 4, "rounds over the same panel")
-_BETA = flags.DEFINE_float("beta", 0.1, "KL weight / temperature of the modulation")
-_CANDIDATES = flags.DEFINE_integer("candidates", 4, "actions drawn from pi per turn")
-_CAPACITY = flags.DEFINE_integer("capacity", 8192, "library slots (transitions, states)")
-_GAMMA = flags.DEFINE_float("gamma", 1.0, "return-to-go discount")
-_SEEDS = flags.DEFINE_integer("seeds", 3, "panels (eval.seed + 0..seeds-1)")
-_NUM_TASKS = flags.DEFINE_integer("num_tasks", 0, "panel tasks (0: the config's eval.num_tasks)")
-_K = flags.DEFINE_integer("k", 0, "episodes per task (0: the config's eval.k)")
-_OUT = flags.DEFINE_string("out", "", "JSON file (default: WORKDIR/jitrl.json)")
-
-
 def evaluate_jitrl(c, workdir: str, *, rounds: int, beta: float, candidates: int,
                    capacity: int, gamma: float, seeds: int) -> dict:
   from agent_rl.agents.routing import rollout_policy
@@ -111,29 +98,46 @@ def evaluate_jitrl(c, workdir: str, *, rounds: int, beta: float, candidates: int
                   mean=diff.mean, std=diff.std, ci95=diff.ci95, per_seed=diff.values))
 
 
-def main(argv):
-  del argv
-  logging.set_verbosity(logging.WARNING)
+def _define_flags() -> dict:
+  """The CLI's flags (defined only when run as a program: importing this module for
+  `test_time_rounds` must not claim absl flag names such as --workdir)."""
+  from agent_rl.train.cli import define_config_flag
+  f = dict(
+      config=define_config_flag("config", "a config file (default: the run's saved config)"),
+      workdir=flags.DEFINE_string("workdir", None, "the frozen run's workdir"),
+      rounds=flags.DEFINE_integer("rounds", 4, "rounds over the same panel"),
+      beta=flags.DEFINE_float("beta", 0.1, "KL weight / temperature of the modulation"),
+      candidates=flags.DEFINE_integer("candidates", 4, "actions drawn from pi per turn"),
+      capacity=flags.DEFINE_integer("capacity", 8192, "library slots (transitions, states)"),
+      gamma=flags.DEFINE_float("gamma", 1.0, "return-to-go discount"),
+      seeds=flags.DEFINE_integer("seeds", 3, "panels (eval.seed + 0..seeds-1)"),
+      num_tasks=flags.DEFINE_integer("num_tasks", 0, "panel tasks (0: config's eval.num_tasks)"),
+      k=flags.DEFINE_integer("k", 0, "episodes per task (0: the config's eval.k)"),
+      out=flags.DEFINE_string("out", "", "JSON file (default: WORKDIR/jitrl.json)"))
+  flags.mark_flags_as_required(["workdir"])
+  return f
+
+
+def main(f: dict):
   from agent_rl.train.config import check_fields
   from agent_rl.train.pretrained import load_run_config
-  c = _CONFIG.value if _CONFIG is not None and _CONFIG.value is not None else load_run_config(
-      _WORKDIR.value)
+  logging.set_verbosity(logging.WARNING)
+  workdir = f["workdir"].value
+  c = f["config"].value if f["config"].value is not None else load_run_config(workdir)
   check_fields(c)
-  if _NUM_TASKS.value:
-    c.eval.num_tasks = _NUM_TASKS.value
-  if _K.value:
-    c.eval.k = _K.value
-  out = evaluate_jitrl(c, _WORKDIR.value, rounds=_ROUNDS.value, beta=_BETA.value,
-                       candidates=_CANDIDATES.value, capacity=_CAPACITY.value,
-                       gamma=_GAMMA.value, seeds=_SEEDS.value)
-  path = _OUT.value or os.path.join(_WORKDIR.value, "jitrl.json")
-  with open(path, "w") as f:
-    json.dump(out, f, indent=2)
+  if f["num_tasks"].value:
+    c.eval.num_tasks = f["num_tasks"].value
+  if f["k"].value:
+    c.eval.k = f["k"].value
+  out = evaluate_jitrl(c, workdir, rounds=f["rounds"].value, beta=f["beta"].value,
+                       candidates=f["candidates"].value, capacity=f["capacity"].value,
+                       gamma=f["gamma"].value, seeds=f["seeds"].value)
+  path = f["out"].value or os.path.join(workdir, "jitrl.json")
+  with open(path, "w") as fh:
+    json.dump(out, fh, indent=2)
   print(json.dumps(out["last_round_success_diff"], indent=2))
 
 
 if __name__ == "__main__":
-  from agent_rl.train.cli import define_config_flag
-  _CONFIG = define_config_flag("config", "a config file (default: the run's saved config)")
-  flags.mark_flags_as_required(["workdir"])
-  app.run(main)
+  _FLAGS = _define_flags()
+  app.run(lambda argv: main(_FLAGS))

@@ -14,8 +14,7 @@ from agent_rl.rollout.layout import chat_pieces
 from agent_rl.rollout.overlap import OverlapRollout
 from agent_rl.tokenizers import ByteTokenizer
 
-from tests.envs.host.test_overlap import _cfg, _policy, _same
-from tests.envs.host.test_text_env import _actions, _h
+from tests.envs.host.helpers import _actions, _cfg, _h, _policy, _same
 
 TOK = ByteTokenizer()
 PEN = -0.5

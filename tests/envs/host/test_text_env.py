@@ -1,6 +1,4 @@
 """TextHostEnv against a plain-Python reference: the same KeyRoom games driven directly."""
-import hashlib
-
 import jax
 import numpy as np
 import pytest
@@ -14,25 +12,10 @@ from agent_rl.envs.host.text_env import (ACTION_FORMATS, INVALID_TEXT, TextHostE
 from agent_rl.envs.host.toy import KeyRoomGame
 from agent_rl.tokenizers import ByteTokenizer
 
+from tests.envs.host.helpers import A, _actions, _h
 from tests.envs.host.hostgames import FaultyGame, NoStateGame
 
 TOK = ByteTokenizer()
-A = 48  # action tokens
-
-
-def _actions(texts):
-  tok = np.full((len(texts), A), TOK.pad_id, np.int32)
-  length = np.zeros((len(texts),), np.int32)
-  for i, t in enumerate(texts):
-    ids = TOK.encode(t)[:A]
-    tok[i, :len(ids)], length[i] = ids, len(ids)
-  return tok, length
-
-
-def _h(data: bytes) -> int:
-  return int.from_bytes(hashlib.blake2b(data, digest_size=4).digest(), "little")
-
-
 def _ref_tokens(text, obs_len):
   ids = TOK.encode(text)
   return ids[:obs_len], len(ids) > obs_len
