@@ -270,8 +270,6 @@ class TextHostEnv:
       if not on[k]:  # a finished episode: its outputs are ignored
         texts.append(self._present(prev, r))
         info["state_hash"][k] = self._hash[r]
-        if self.roles:
-          info["next_agent"][k] = acted
         continue
       if cmd is None and r not in self._dead:
         self.stats["invalid_actions"] += 1
@@ -301,8 +299,6 @@ class TextHostEnv:
         texts.append(FAILED_TEXT)
         self._hash[r] = 0
         self._dead.discard(r)
-        if self.roles:
-          info["next_agent"][k] = acted
         continue
       self._last[r] = res.obs
       self._advance(r, res.obs)
@@ -315,10 +311,8 @@ class TextHostEnv:
                         self.invalid_penalty)
       for e in self.extras:
         info[e][k] = float(res.extras.get(e, 0.0))
-    if self.roles:
-      for k, r in enumerate(rows):
-        if on[k] and not info["worker_failed"][k]:
-          info["next_agent"][k] = self._next[r]
+    if self.roles:  # rows that did not move (finished, failed) keep the agent that acted
+      info["next_agent"][:] = [self._next[r] for r in rows]
     tok, length, trunc = self._tokenize(texts)
     info["obs_truncated"] = trunc & on
     self.stats["obs_truncated"] += int(info["obs_truncated"].sum())
