@@ -38,13 +38,13 @@ positive rate) added to every turn, so it also acts as a per-turn cost; a probab
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
+from agent_rl.train.world_defaults import SOKOBAN_SFT40_OVERRIDES, sokoban_from_policy_run
 
 VARIANTS = dict(prm="")  # prm=DIR: the PRM run whose per-turn scores shape the rewards
 COMPARISON = Comparison(  # needs the policy and PRM runs of the docstring's steps 1-2
     arms={"PRM": "prm=runs/prm_sft40", "outcome": ""}, method="PRM", baselines=("outcome",),
     metrics=("eval/success", "eval/avg@4"),
-    overrides={"model.init_from": "runs/sokoban_sft40",
-               "tokenizer.path": "runs/sokoban_sft40/tokenizer.model"},
+    overrides=SOKOBAN_SFT40_OVERRIDES,
     paper_source="process rewards in RL (Math-Shepherd arXiv:2312.08935, PRIME): PRM shaping > "
                  "outcome-only; not measured on Sokoban by those papers",
     paper_verified=False, setting="Sokoban 6x6, 1 box, from a 40-step SFT policy run")
@@ -52,13 +52,8 @@ COMPARISON = Comparison(  # needs the policy and PRM runs of the docstring's ste
 
 def get_config(arg: str | None = None):
   c, args = scaled_config(arg, VARIANTS)
-  c.env.name = "sokoban"
-  c.env.kwargs.dim_room = (6, 6)
-  c.env.kwargs.num_boxes = 1
-  c.env.kwargs.max_steps = 10
-  c.credit.name, c.loss.name = "grpo", "vanilla"
-  c.loss.kwargs.clip_ratio_low, c.loss.kwargs.clip_ratio_high = 0.2, 0.28
-  c.sft.steps = 0  # the policy is model.init_from (an SFT run)
+  sokoban_from_policy_run(c)  # the policy is model.init_from (an SFT run)
+  c.credit.name = "grpo"
   if args["prm"]:
     c.reward.model = args["prm"]
     c.reward.shapers = "reward_model,kl_in_reward,overlong"

@@ -192,3 +192,81 @@ def drmas(c, args):
   else:
     c.credit.kwargs.group_by_agent = True
   return c
+
+
+# The Sokoban rows that start from a short SFT policy run (configs/prm_sokoban.py's regime:
+# 40 SFT steps leave held-out success ~0.44, so RL, not the warm start, carries the learning).
+SOKOBAN_SFT40 = "runs/sokoban_sft40"
+SOKOBAN_SFT40_OVERRIDES = {"model.init_from": SOKOBAN_SFT40,
+                           "tokenizer.path": f"{SOKOBAN_SFT40}/tokenizer.model"}
+SOKOBAN_SFT40_RECIPE = (  # the policy run every such row starts from (docstrings quote it)
+    "python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny "
+    f"--workdir={SOKOBAN_SFT40} --config.train.iterations=0 --config.sft.steps=40")
+
+
+def sokoban_from_policy_run(c):
+  """6x6 one-box Sokoban, 10 steps, GRPO-family with the clip-higher PPO loss (0.2 / 0.28),
+  and no SFT phase: the policy is `model.init_from` (the rows' `SOKOBAN_SFT40_OVERRIDES`;
+  without it, a tiny run trains from scratch, as the config tests do)."""
+  c.env.name = "sokoban"
+  c.env.kwargs.dim_room = (6, 6)
+  c.env.kwargs.num_boxes = 1
+  c.env.kwargs.max_steps = 10
+  c.loss.name = "vanilla"
+  c.loss.kwargs.clip_ratio_low, c.loss.kwargs.clip_ratio_high = 0.2, 0.28
+  c.sft.steps = 0
+  return c
+
+
+# Each graph-credit kernel with its paper's defaults (ALGORITHMS.md §4.4-4.6; the kernels'
+# docstrings): RewardFlow's ALFWorld script (gamma 0.9, w 1, mean_norm), GraphGPO's recipe
+# (gamma 0.1, scale 10, mean_std_norm), Gated-BEPO's proposal (gamma 0.95, lambda 0.95, sum).
+GRAPH_CREDIT = {
+    "rewardflow": dict(gamma=0.9, step_weight=1.0, norm="mean_norm"),
+    "graphgpo": dict(gamma=0.1, reward_scale=10.0, step_weight=1.0, episode_weight=1.0,
+                     norm="mean_std_norm"),
+    "gated_bepo": dict(gamma=0.95, lam=0.95, fusion="sum", norm="mean_norm"),
+}
+
+
+def graph_credit(c, method: str, args):
+  """A graph-credit row's arms: `method` (a GRAPH_CREDIT kernel) unless the variant names a
+  baseline: `gigpo` (the step-group method all three extend: gamma 0.95, w 1, mean_norm) or
+  `grpo` (episode-level only)."""
+  if "grpo" in args:
+    c.credit.name = "grpo"
+  elif "gigpo" in args:
+    c.credit.name = "gigpo"
+    c.credit.kwargs.gamma, c.credit.kwargs.step_weight = 0.95, 1.0
+    c.credit.kwargs.norm = "mean_norm"
+  else:
+    c.credit.name = method
+    for k, v in GRAPH_CREDIT[method].items():
+      c.credit.kwargs[k] = v
+  return c
+
+
+GRAPH_ARMS = dict(gigpo=False, grpo=False)  # the variants of every graph-credit row
+
+
+def graph_credit_comparison(method_arm: str, paper_source: str, paper_verified: bool):
+  """A graph-credit row: `method_arm` vs GiGPO and GRPO from the 40-step SFT Sokoban policy
+  (the GiGPO and GRPO arms are the same runs in every such row: the harness reuses them)."""
+  from agent_rl.eval.reproduce import Comparison
+  return Comparison(
+      arms={method_arm: "", "GiGPO": "gigpo", "GRPO": "grpo"}, method=method_arm,
+      baselines=("GiGPO", "GRPO"), metrics=("eval/success", "eval/avg@4"),
+      overrides=SOKOBAN_SFT40_OVERRIDES, paper_source=paper_source,
+      paper_verified=paper_verified, setting="Sokoban 6x6, 1 box, from a 40-step SFT policy run")
+
+
+def graph_credit_config(arg, method: str):
+  """`get_config` of a graph-credit row: Sokoban from the policy run, `method`'s kernel (or the
+  `gigpo` / `grpo` baseline), the Qwen2.5-1.5B shape at `full`."""
+  from agent_rl.train.config import scaled_config
+  c, args = scaled_config(arg, GRAPH_ARMS)
+  sokoban_from_policy_run(c)
+  graph_credit(c, method, args)
+  if c.scale == "full":
+    full_policy(c)
+  return c

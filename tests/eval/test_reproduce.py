@@ -232,6 +232,29 @@ def test_runs_resume_skip_finished_and_write_files(toy):
   assert table.rstrip().endswith("| +0.200 (unverified) | yes |")
 
 
+def test_a_baseline_shared_with_another_row_is_reused_not_rerun(toy):
+  """toy2's B arm is toy's B config (same fields, same seeds): linked to toy's finished runs;
+  its M arm (another credit) and a seed toy never ran are trained."""
+  cdir, rdir = toy
+  with open(os.path.join(cdir, "toy2.py"), "w") as f:
+    f.write(TOY.replace('"dr_grpo"', '"rloo"'))
+  pc, pc2 = rep.load("toy", cdir), rep.load("toy2", cdir)
+  rep.reproduce(pc, "tiny", 2, rdir, runner=FakeRun(pc), echo=lambda s: None)
+  fake2, said = FakeRun(pc2), []
+  row, outcomes = rep.reproduce(pc2, "tiny", 3, rdir, runner=fake2, echo=said.append)
+  assert sorted(fake2.calls) == [("B", 2), ("M", 0), ("M", 1), ("M", 2)]
+  for k in (0, 1):
+    wd = os.path.join(rdir, "toy2", "B", f"seed{k}")
+    assert os.path.islink(wd)
+    assert os.path.realpath(wd) == os.path.realpath(os.path.join(rdir, "toy", "B", f"seed{k}"))
+  assert sum("reuse  toy2/B/seed" in s for s in said) == 2
+  assert row.arms[1].stats["eval/success"].values == tuple(VALUES["B"])
+  # a second pass sees the links as finished runs of its own config
+  fake2.calls.clear()
+  rep.reproduce(pc2, "tiny", 3, rdir, runner=fake2, echo=lambda s: None)
+  assert fake2.calls == []
+
+
 def test_another_config_in_a_run_dir_is_refused_naming_fields(toy):
   cdir, rdir = toy
   pc = rep.load("toy", cdir)

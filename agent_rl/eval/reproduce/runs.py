@@ -13,6 +13,13 @@ harness only decides from the workdir what is left:
 A workdir whose saved config.json differs from the config this command would build (another
 scale, --iterations or override) is refused, naming the fields: mixing the two would average
 different experiments.
+
+Twins: rows that share a baseline (the graph-credit rows' GiGPO and GRPO arms are the same
+config; their GRPO arm is prm_sokoban's outcome arm) would train it once per row. A new run
+whose exact config (every field, the seed included) has already finished under another row of
+the same results dir is not run again:
+its workdir becomes a relative symlink to that twin (`twin` below). A run is a pure function
+of its config and seed (bit for bit on CPU), so the twin's metrics are this arm's.
 """
 from __future__ import annotations
 
@@ -202,6 +209,39 @@ def status(c, workdir: str) -> tuple[str, int]:
   return ("resume" if steps else "new"), newest
 
 
+def _saved_config(workdir) -> Optional[dict]:
+  path = epath.Path(workdir) / "config.json"
+  return _flat(json.loads(path.read_text())) if path.exists() else None
+
+
+def twin(c, workdir: str) -> Optional[str]:
+  """A finished run of exactly config `c` elsewhere in the same results dir
+  (`<results>/<paper>/<arm>/seed<k>`): every field its config.json records equals `c`'s (a
+  field it lacks is a default added since, as `check_same_config` reads it), or None."""
+  if "://" in workdir:  # a bucket has no symlinks: such rows train every arm
+    return None
+  wd = epath.Path(workdir)
+  results, seed_dir = wd.parent.parent.parent, wd.name
+  want = _flat(json.loads(c.to_json_best_effort()))
+  if not results.exists():
+    return None
+  for cand in sorted(results.glob(f"*/*/{seed_dir}")):
+    if os.path.islink(str(cand)) or os.path.realpath(str(cand)) == os.path.realpath(workdir):
+      continue
+    saved = _saved_config(cand)
+    # Fields a saved run lacks are defaults added since (check_same_config's rule).
+    if (saved is not None and all(k in want and want[k] == v for k, v in saved.items())
+        and status(c, str(cand))[0] == "done"):
+      return str(cand)
+  return None
+
+
+def link_twin(workdir: str, target: str) -> None:
+  """WORKDIR -> TARGET as a relative symlink (the results dir can move as a whole)."""
+  os.makedirs(os.path.dirname(workdir), exist_ok=True)
+  os.symlink(os.path.relpath(target, os.path.dirname(workdir)), workdir)
+
+
 @dataclasses.dataclass(frozen=True)
 class Outcome:
   spec: RunSpec
@@ -245,8 +285,15 @@ def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subproce
     raise ValueError(f"--jobs: at least 1, got {jobs}")
   todo, out = [], []
   for s in specs:
-    state, step = status(build_config(pc, s.arg, s.overrides), s.workdir)
-    if state == "done":
+    c = build_config(pc, s.arg, s.overrides)
+    state, step = status(c, s.workdir)
+    same = twin(c, s.workdir) if state == "new" and not os.path.lexists(s.workdir) else None
+    if same:
+      link_twin(s.workdir, same)
+      state, step = status(c, s.workdir)
+      out.append(Outcome(s, "skipped", 0.0, f"same run as {same} (step {step})"))
+      echo(f"reuse  {s.paper}/{s.arm}/seed{s.seed}: the same config and seed finished as {same}")
+    elif state == "done":
       out.append(Outcome(s, "skipped", 0.0, f"done (step {step})"))
       echo(f"skip   {s.paper}/{s.arm}/seed{s.seed}: finished (step {step})")
     else:
