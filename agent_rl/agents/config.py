@@ -24,6 +24,8 @@ class Agents:
   """A run's resolved agents: `mode` (agents.params.MODES) and `num` K >= 1."""
   mode: str = "shared"
   num: int = 1
+  init: tuple = ()    # agent k's initial policy run ("" = the run's own), agents/frozen.py
+  frozen: tuple = ()  # agents that act but never train
 
   @property
   def stacked(self) -> bool:
@@ -39,6 +41,8 @@ def validate_agents(c: Any, need) -> None:
   """Config-only checks of `config.agents` (the env's role count is checked by `resolve`)."""
   a = c.agents
   need(a.mode in MODES, "agents.mode", f"must be {'|'.join(MODES)}, got {a.mode!r}")
+  from agent_rl.agents import frozen
+  frozen.validate(c, need)
   need(isinstance(a.num, int) and not isinstance(a.num, bool) and a.num >= 0, "agents.num",
        f"must be an int >= 0 (0 = the env's role count), got {a.num!r}")
   if a.mode == "shared":
@@ -70,7 +74,9 @@ def resolve(c: Any, env: Any) -> Agents:
   if c.agents.mode != "shared" and num < 2:
     raise ValueError(f"config.agents.mode: {c.agents.mode!r} needs an env with >= 2 roles; "
                      f"{c.env.name!r} has {len(roles) or 1}")
-  return Agents(mode=c.agents.mode, num=num)
+  from agent_rl.agents import frozen
+  init, still = frozen.check(c, num)
+  return Agents(mode=c.agents.mode, num=num, init=init, frozen=still)
 
 
 def teacher_mode(teacher: "Agents", agents: "Agents", where: str) -> str:

@@ -77,9 +77,13 @@ def route(mode: str, fn: Callable[[Any], Any], params: Any, agent: jax.Array, *,
   return jax.tree.map(lambda x: select_rows(x, agent), jax.vmap(fn)(params))
 
 
-def make_apply(mode: str, graphdef: Any):
+def make_apply(mode: str, graphdef: Any, frozen: tuple = ()):
   """`apply(params, tokens, positions, valid, dropout_key=None, agent=None) -> TokenStats`
-  (train.policy.make_apply's, with each row `[B]` of `agent` under its own agent's weights)."""
+  (train.policy.make_apply's, with each row `[B]` of `agent` under its own agent's weights).
+  frozen: agents that never train (agents/frozen.py; their rows are out of the loss). In the
+  separate mode only the other agents' copies run (each copy reads every row, so a Hera
+  router over two frozen workers costs one model's forward, not three); a frozen agent's
+  rows then read agent 0 of the kept copies, and their outputs are masked by the loss."""
   from agent_rl.train.policy import make_apply as plain_apply
   base = plain_apply(graphdef)
   if mode == "shared":
@@ -89,5 +93,19 @@ def make_apply(mode: str, graphdef: Any):
     if agent is None or agent.shape != (tok.shape[0],):
       raise ValueError(f"agents.mode={mode!r}: the learner needs the acting agent of every row "
                        f"([{tok.shape[0]}] int32), got {None if agent is None else agent.shape}")
+    if mode == "separate" and frozen:
+      params, agent = _trained_copies(params, agent, frozen)
     return route(mode, lambda p: base(p, tok, pos, valid, dropout_key=dropout_key), params, agent)
   return apply
+
+
+def _trained_copies(params: Any, agent: jax.Array, frozen: tuple) -> tuple[Any, jax.Array]:
+  """Separate-mode params cut to the agents not frozen (a gather on the agent axis, whose
+  gradient is zero on the frozen copies) and each row's agent renumbered among them."""
+  num = jax.tree.leaves(params)[0].shape[0]
+  keep = [k for k in range(num) if k not in frozen]
+  if not keep:
+    raise ValueError(f"config.agents.frozen: every agent ({num}) is frozen; nothing can train")
+  idx = jnp.asarray(keep, jnp.int32)
+  remap = jnp.zeros((num,), jnp.int32).at[idx].set(jnp.arange(len(keep), dtype=jnp.int32))
+  return jax.tree.map(lambda x: x[idx], params), remap[jnp.maximum(agent, 0)]

@@ -60,6 +60,17 @@ def parse_schedule(spec, roles: tuple, field: str) -> tuple[int, ...]:
   return sched
 
 
+def wrapped_base(tokenizer, wrapper: str, base: str, base_kwargs) -> tuple[Any, tuple]:
+  """The base env of a wrapper env (`roles`, `route`) and its kwargs as a sorted tuple (a
+  jit-static field); an unknown base or the wrapper itself names `<wrapper>.base`."""
+  if base == wrapper or base not in ENVS:
+    raise ValueError(f"{wrapper}.base: unknown base env {base!r}; known: "
+                     f"{', '.join(n for n in ENVS.names() if n != wrapper)}")
+  kw = tuple(sorted((dict(base_kwargs) if hasattr(base_kwargs, "items") else
+                     dict(base_kwargs)).items()))
+  return make(base, tokenizer=tokenizer, **dict(kw)), kw
+
+
 def role_line(role: str) -> str:
   """The line that starts an observation read by `role` (a shared network knows who it is)."""
   return f"You are the {role}.\n"
@@ -93,17 +104,12 @@ class Roles:
   def __post_init__(self):
     if self.tokenizer is None:
       raise ValueError("Roles needs tokenizer=")
-    if self.base == "roles" or self.base not in ENVS:
-      raise ValueError(f"roles.base: unknown base env {self.base!r}; known: "
-                       f"{', '.join(n for n in ENVS.names() if n != 'roles')}")
+    inner, kw = wrapped_base(self.tokenizer, "roles", self.base, self.base_kwargs)
     roles = parse_roles(self.roles, "roles.roles")
     sched = parse_schedule(self.schedule, roles, "roles.schedule")
-    kw = self.base_kwargs
-    kw = tuple(sorted((dict(kw) if hasattr(kw, "items") else dict(kw)).items()))
     object.__setattr__(self, "roles", roles)
     object.__setattr__(self, "schedule", sched)
     object.__setattr__(self, "base_kwargs", kw)
-    inner = make(self.base, tokenizer=self.tokenizer, **dict(kw))
     object.__setattr__(self, "_inner", inner)
     lines = PieceTable(self.tokenizer, [role_line(r) for r in roles])
     object.__setattr__(self, "_lines", lines)

@@ -20,7 +20,8 @@ from agent_rl.rollout.sampler import SamplerConfig
 def evaluate(policy, params, env, pieces, ecfg: EpisodeConfig, *, num_tasks: int, seed: int,
              k: int = 1, greedy: bool = True, place=lambda x: x,
              role_terms: Optional[Sequence[str]] = None) -> dict:
-  """Metrics `eval/success` (greedy, or sampled when greedy=False), `eval/reward`, and with
+  """Metrics `eval/success` (greedy, or sampled when greedy=False), `eval/reward`, the env's
+  `eval_extras` per episode (`eval/<key>`, extras_metrics), and with
   k > 1 `eval/pass@k` (any of k samples succeeds) and `eval/avg@k` (mean success over k).
   role_terms: a multi-agent env's per-role reward terms (`agents.role_terms(env)`): adds
   `eval/agent{k}/return`, role k's mean episode return in the greedy episodes.
@@ -37,6 +38,7 @@ def evaluate(policy, params, env, pieces, ecfg: EpisodeConfig, *, num_tasks: int
   succ = jnp.any(batch.success, axis=1)
   out["eval/success"] = jnp.mean(succ.astype(jnp.float32))
   out["eval/reward"] = jnp.mean(jnp.sum(batch.reward * batch.valid, axis=1))
+  out.update(extras_metrics(batch, env, "eval"))
   if role_terms:
     from agent_rl.agents.rewards import agent_returns
     ret = agent_returns(batch, role_terms)
@@ -49,6 +51,13 @@ def evaluate(policy, params, env, pieces, ecfg: EpisodeConfig, *, num_tasks: int
     out[f"eval/pass@{k}"] = jnp.mean(jnp.max(s, axis=1))
     out[f"eval/avg@{k}"] = jnp.mean(s)
   return out
+
+
+def extras_metrics(batch, env, prefix: str) -> dict:
+  """`<prefix>/<key>`: the mean per-episode sum of each info key the env names in
+  `eval_extras` (e.g. the route env's worker calls), over valid turns."""
+  return {f"{prefix}/{k}": jnp.mean(jnp.sum(batch.extras[k] * batch.valid, axis=1))
+          for k in getattr(env, "eval_extras", ())}
 
 
 def run_rollout(policy, params, env, tasks, key, cfg: EpisodeConfig, pieces):

@@ -72,7 +72,9 @@ def base_config() -> mlc.ConfigDict:
   # Several agents in an episode (agent_rl.agents; the env names its roles): one network with
   # role prompts (shared), one LoRA adapter per agent on a shared base (lora, needs
   # model.lora.rank > 0) or a full copy per agent (separate); both need windowed history.
-  c.agents = mlc.ConfigDict(dict(mode="shared", num=0))  # num 0 = the env's role count
+  # init: agent k's policy from a run ("", "runs/a", ...: agents/frozen.py); frozen: agents
+  # that act but never train ("1,2").
+  c.agents = mlc.ConfigDict(dict(mode="shared", num=0, init="", frozen=""))  # num 0: env roles
   c.loss = mlc.ConfigDict(dict(
       name="vanilla", agg_mode="token-mean", kwargs=mlc.ConfigDict(),
       entropy_coef=0.0,
@@ -128,6 +130,8 @@ def base_config() -> mlc.ConfigDict:
   ))
   c.sft = mlc.ConfigDict(dict(
       steps=0, batch_size=32, lr=1e-3, num_demos=512, world_model=False,
+      # expert: the env's solver plans | route_agreement: Hera's router labels (agents/hera.py)
+      plans="expert",
   ))
   c.distill = mlc.ConfigDict(dict(
       teacher="",  # an agent_rl workdir whose best/latest checkpoint scores the rollouts
@@ -224,6 +228,8 @@ def validate(c: mlc.ConfigDict) -> None:
   need(c.train.iterations >= 0, "train.iterations", "must be >= 0")
   need(c.train.epochs >= 1, "train.epochs", "must be >= 1")
   need(c.sft.steps >= 0, "sft.steps", "must be >= 0")
+  need(c.sft.get("plans", "expert") in ("expert", "route_agreement"), "sft.plans",
+       f"must be expert|route_agreement, got {c.sft.get('plans')!r}")
   need(c.loss.kl_coef >= 0 and c.loss.kl_in_reward >= 0, "loss.kl_coef",
        "KL coefficients must be >= 0")
   need(c.distill.mode in ("loss", "advantage"), "distill.mode",

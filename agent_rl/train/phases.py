@@ -16,11 +16,12 @@ import jax
 import jax.numpy as jnp
 
 from agent_rl.agents import agent_metrics, attach_agent_return, check_checkpoint, role_terms
+from agent_rl.agents.frozen import freeze_rows
 from agent_rl.credit import baseline
 from agent_rl.envs.tasks import batched_sampler
 from agent_rl.envs.tools import tool_metrics
 from agent_rl.eval.episodes import held_out_episodes
-from agent_rl.eval.evaluate import evaluate
+from agent_rl.eval.evaluate import evaluate, extras_metrics
 from agent_rl.objective import shapers
 from agent_rl.parallel.distributed import main_process_first
 from agent_rl.train import hindsight, learner, sft
@@ -208,8 +209,10 @@ def sft_phase(run: Run, prog: Progress) -> Progress:
   """SFT on solver demonstrations up to `sft.steps`, then the switch to RL (evaluated and
   saved). Returns the Progress at the start of RL."""
   c, place = run.c, run.spec.place
-  rows = place.batch(main_process_first(
-      lambda: sft.demo_rows(c, run.setup, run.ecfg, run.workdir), "demos"))
+  rows = place.batch(freeze_rows(main_process_first(
+      lambda: sft.demo_rows(c, run.setup, run.ecfg, run.workdir, run.policy,
+                            prog.state.params["lm"], run.spec.lm_graphdef), "demos"),
+      run.setup.agents.frozen))
   if prog.meta.sft_step == 0:
     ev = evaluate_params(run, prog.state.params)
     run.writer.write(0, ev)
@@ -251,7 +254,8 @@ def rl_batch(run: Run, prog: Progress, it: int):
   k_tasks, k_roll, k_upd = jax.random.split(jax.random.fold_in(jax.random.key(c.seed), 1000 + it), 3)
   tasks = place.batch(batched_sampler(run.setup.env)(jax.random.split(k_tasks, c.rollout.num_tasks)))
   batch, rmetrics = run.strategy.run(run.roll_fn, params["lm"], tasks, k_roll, **run.strategy_kwargs)
-  rmetrics = {**rmetrics, **tool_metrics(batch)}  # tool calls, answer rate, EM/F1 (tool envs)
+  rmetrics = {**rmetrics, **tool_metrics(batch),  # tool calls, answer rate, EM/F1 (tool envs)
+              **extras_metrics(batch, run.setup.env, "rollout")}  # e.g. route/calls/<worker>
   if run.setup.agents.num > 1:  # per-role rewards -> agent_return; per-agent metrics
     batch = attach_agent_return(batch, run.setup.env)
     rmetrics.update(agent_metrics(batch, run.setup.agents.num, role_terms(run.setup.env)))
@@ -270,17 +274,32 @@ def rl_batch(run: Run, prog: Progress, it: int):
   if run.reward_model is not None:  # its scores reach the rewards via the reward_model shaper
     batch = run.reward_model.attach(batch)
   batch, smetrics, shaper_state = shapers.apply_shapers(c, batch, prog.meta.shaper_state)
-  rows = learner.prepare_jit(batch, run.credit_fn(batch))
+  rows = freeze_rows(learner.prepare_jit(batch, run.credit_fn(batch)), run.setup.agents.frozen)
   if c.hindsight.mode:  # TRIAL-style: the policy with privileged context rescores the tokens
     rows, hmetrics = hindsight.rescore(run, params["lm"], tasks, batch, rows)
     rmetrics = {**rmetrics, **hmetrics}
   return rows, {**rmetrics, **smetrics}, batch, shaper_state, k_upd
 
 
+def evaluate_only(run: Run, prog: Progress) -> dict:
+  """A run with no SFT step and no RL iteration (e.g. a fixed policy from `model.init_from`
+  or frozen `agents.init` workers, evaluated as a baseline arm): its held-out evaluation at
+  step 0, written and saved with a checkpoint, so the run is finished like any other."""
+  m = evaluate_params(run, prog.state.params)
+  run.writer.write(0, m)
+  print(f"evaluation only (no SFT step, no RL iteration): {m}", flush=True)
+  save(run, dataclasses.replace(prog, meta=dataclasses.replace(
+      prog.meta, best_eval_success=m["eval/success"])),
+       metrics={"eval/success": m["eval/success"]}, force=True)
+  return m
+
+
 def rl_phase(run: Run, prog: Progress) -> dict:
   """RL iterations up to `train.iterations`, evaluating, saving and honouring preemption at
   each boundary. Returns the last metrics written."""
   c = run.c
+  if run.iterations == 0 and run.sft_steps == 0:  # nothing trains: evaluate the initial policy
+    return evaluate_only(run, prog)
   bar = progress(run.iterations, prog.meta.iteration, "rl")
   last: dict = {}
   while prog.meta.iteration < run.iterations:

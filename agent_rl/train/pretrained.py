@@ -151,21 +151,26 @@ def load_hf_policy(path: str, model_cfg: Any, place: Placement, *, seed: int = 0
   return jax.device_put(params, state_shardings(params, place.mesh, place.rules))
 
 
+def init_agent_from(path: str, model_cfg: Any, place: Placement, field: str) -> Any:
+  """The policy LM params of a single-network agent_rl run (its best step), checked against
+  the run's model (errors name `field`)."""
+  agents = run_agents(path)
+  if agents.stacked:
+    raise ValueError(f"{field}: the run in {path} holds agents {agents.tag!r} "
+                     "(stacked per-agent weights); start from a single-network run")
+  mcfg, _, params, _, _ = load_run_policy(path, model_cfg.vocab_size, place)
+  if mcfg != model_cfg:
+    raise ValueError(f"{field}: the run in {path} has model {mcfg}, this run {model_cfg}")
+  return params
+
+
 def init_from(c: mlc.ConfigDict, model_cfg: Any, place: Placement) -> Any:
   """LM params named by `config.model.init_from` (an agent_rl workdir or a HF directory)."""
   path = c.model.init_from
   if os.path.exists(os.path.join(path, CONFIG_FILE)) and not os.path.exists(
       os.path.join(path, "model.safetensors")) and not os.path.exists(
       os.path.join(path, "model.safetensors.index.json")):
-    agents = run_agents(path)
-    if agents.stacked:
-      raise ValueError(f"config.model.init_from: the run in {path} holds agents {agents.tag!r} "
-                       "(stacked per-agent weights); start from a single-network run")
-    mcfg, _, params, _, _ = load_run_policy(path, model_cfg.vocab_size, place)
-    if mcfg != model_cfg:
-      raise ValueError(f"config.model.init_from: the run in {path} has model {mcfg}, this run "
-                       f"{model_cfg}")
-    return params
+    return init_agent_from(path, model_cfg, place, "config.model.init_from")
   if os.path.isdir(path):
     return load_hf_policy(path, model_cfg, place, seed=int(c.seed))
   raise FileNotFoundError(f"config.model.init_from: {path!r} is not a directory")

@@ -19,6 +19,7 @@ import ml_collections as mlc
 from agent_rl import agents
 from agent_rl import credit as credit_lib
 from agent_rl.agents import counterparts
+from agent_rl.agents.frozen import freeze_optimizer, put_agent
 from agent_rl.envs.tasks import batched_sampler
 from agent_rl.eval.evaluate import episode_config
 from agent_rl.eval.report import write_report
@@ -97,6 +98,8 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
                                                schedule="constant")), max(sft_steps, 1))
   if setup.model_cfg.lora is not None:  # only adapters (and a critic head) train and hold state
     rl_opt, sft_opt = lora_learner.freeze_base(rl_opt), lora_learner.freeze_base(sft_opt)
+  if ag.frozen:  # agents that act but never train (agents/frozen.py): zero updates
+    rl_opt, sft_opt = (freeze_optimizer(o, ag.mode, ag.frozen) for o in (rl_opt, sft_opt))
   policy = agents.rollout_policy(ag.mode, setup.model_cfg, spec.lm_graphdef, ag.num)
   strategy = STRATEGIES.get(c.rollout.strategy)
   strat_kw = dict(c.rollout.strategy_kwargs)
@@ -114,11 +117,14 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
     raise ValueError(f"config.credit.name={c.credit.name!r} needs a greedy baseline rollout, "
                      "which runs compiled; host envs do not support it yet")
   hindsight.check_env(c, setup.env)
+  if c.sft.steps and c.sft.get("plans", "expert") == "route_agreement":
+    from agent_rl.agents import hera
+    hera.check(c, setup.env)
   baseline_fn = (credit_lib.baseline.make_baseline_rollout(policy, setup.env, ecfg, setup.pieces)
                  if needs.baseline_rollout else None)
   startup_report(c, spec, rl_opt, setup, roll_fn)
 
-  apply_fn = agents.make_apply(ag.mode, spec.graphdef)  # rows under their agent's weights
+  apply_fn = agents.make_apply(ag.mode, spec.graphdef, ag.frozen)  # rows under their agent's
   objective = build_objective(c)
   # The step key also drives LoRA dropout in the loss's forward (not in the rollout's old
   # log-probs): the ratio's numerator is the dropped-out policy, as PEFT-trained TRL PPO.
@@ -176,7 +182,13 @@ def initial_params(r: phases.Run):
   if r.c.model.init_from:
     # In place: `dict(params, lm=...)` would turn the nnx.State into a dict whose pytree no
     # longer matches the jitted step's shardings.
-    params["lm"] = pretrained.init_from(r.c, r.setup.model_cfg, r.spec.place)
+    lm = pretrained.init_from(r.c, r.setup.model_cfg, r.spec.place)
+    # Separate agents: every agent's copy starts as that network (agents.init may swap some).
+    params["lm"] = put_agent(params["lm"], None, lm) if r.setup.agents.mode == "separate" else lm
+  for k, path in enumerate(r.setup.agents.init):  # agent k from its own run (agents/frozen.py)
+    if path:
+      params["lm"] = put_agent(params["lm"], k, pretrained.init_agent_from(
+          path, r.setup.model_cfg, r.spec.place, f"config.agents.init (agent {k})"))
   return params
 
 
@@ -193,8 +205,8 @@ def startup_report(c, spec, optimizer, setup, roll_fn) -> str:
   rows = c.train.minibatch_episodes
   if batch.segment_len:
     length, rows = batch.segment_len, rows * c.rollout.max_turns
-  if setup.agents is not None and setup.agents.mode == "separate":  # every agent reads every row
-    rows *= setup.agents.num
+  if setup.agents is not None and setup.agents.mode == "separate":  # every trained agent reads
+    rows *= setup.agents.num - len(setup.agents.frozen)            # every row (routing.make_apply)
   rep = memory_report(mesh=place.mesh, rules=place.rules, params=spec.params,
                       params_shardings=spec.param_shardings, optimizer=opt, opt_shardings=opt_sh,
                       model_cfg=setup.model_cfg, episodes=n, cache_len=length, rows=rows,

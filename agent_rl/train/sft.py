@@ -30,10 +30,17 @@ from agent_rl.objective.minibatch import Minibatch
 DEMO_SEED_BASE = 1_000_000
 
 
-def demo_rows(c, setup, ecfg, workdir: str) -> Minibatch:
+def demo_rows(c, setup, ecfg, workdir: str, policy=None, lm_params=None, lm_graphdef=None
+              ) -> Minibatch:
   """All SFT rows: the solver plans of `config.sft.num_demos` tasks replayed as episodes
-  (a host env: its games' expert plans, data/host_demos.py)."""
+  (a host env: its games' expert plans, data/host_demos.py; `sft.plans="route_agreement"`:
+  Hera's router labels from the run's own frozen workers, agents/hera.py, which reads the
+  run's `policy` and `lm_params`)."""
   from agent_rl.envs.host.build import is_host
+  if c.sft.get("plans", "expert") == "route_agreement":
+    from agent_rl.agents.hera import agreement_rows
+    seeds = [DEMO_SEED_BASE + i for i in range(c.sft.num_demos)]
+    return agreement_rows(c, setup, ecfg, policy, lm_params, lm_graphdef, seeds)
   if is_host(c.env.name):
     from agent_rl.data.host_demos import host_demo_batches
     batches, st = host_demo_batches(setup.env, setup.tokenizer, ecfg, setup.pieces,

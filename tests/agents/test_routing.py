@@ -221,3 +221,23 @@ def test_stacked_params_are_born_sharded_and_route_on_a_mesh(mode):
   host = jax.device_get(params)
   want = make_apply(mode, graphdef)(host, tok, pos, valid, agent=agent)
   np.testing.assert_allclose(got.logprobs, want.logprobs, atol=2e-5)
+
+
+def test_frozen_agents_leave_the_separate_learner_forward():
+  """With agents 1 and 2 frozen, the learner runs agent 0's copy only: agent 0's rows equal the
+  full routed forward, and the gradient on the frozen copies is exactly zero."""
+  _, graphdef, params = _stacked("separate")
+  tok, pos, valid, agent = _inputs()
+  full = make_apply("separate", graphdef)(params, tok, pos, valid, agent=agent)
+  cut = make_apply("separate", graphdef, frozen=(1, 2))(params, tok, pos, valid, agent=agent)
+  rows = np.asarray(agent) == 0
+  np.testing.assert_allclose(np.asarray(cut.logprobs)[rows], np.asarray(full.logprobs)[rows],
+                             atol=1e-6)
+  loss = lambda p: jnp.sum(make_apply("separate", graphdef, frozen=(1, 2))(
+      p, tok, pos, valid, agent=agent).logprobs * rows[:, None])
+  g = jax.grad(loss)(params)
+  for k in (1, 2):
+    assert all(float(jnp.max(jnp.abs(x))) == 0.0 for x in P.agent_slice("separate", g, k))
+  assert any(float(jnp.max(jnp.abs(x))) > 0 for x in P.agent_slice("separate", g, 0))
+  with pytest.raises(ValueError, match="every agent"):
+    make_apply("separate", graphdef, frozen=(0, 1, 2))(params, tok, pos, valid, agent=agent)

@@ -32,6 +32,11 @@ VARIANTS = {"ragen_sokoban": ["tiny", "tiny,ppo,kl_reward", "tiny,starpo_s,kl"],
             "drmas_calcmath": ["tiny"], "ibrl_deal": ["tiny"],
             "drmas_kbqa": ["tiny", "tiny,grpo"],
             "iterpo_deal": ["tiny", "tiny,grpo"],
+            # Graph-credit rows (issue 22 §2), prm_sokoban's regime.
+            "rewardflow_sokoban": ["tiny"], "graphgpo_sokoban": ["tiny"],
+            "gated_bepo_sokoban": ["tiny"],
+            # Hera (issue 22 §3): a router over frozen workers on the route env.
+            "hera_sokoban": ["tiny", "tiny,always_cloud"],
             # A reward-model run has its own entry point (agent_rl.reward.train): tests/reward.
             "reward_model": []}
 # Budget: each world config costs ~1 min here (tokenizer corpus along solver plans, long
@@ -61,7 +66,13 @@ SLOW = {"gigpo_texthouse:tiny", "gigpo_minishop:tiny", "beacon_texthouse:tiny",
         # IterPO (critic + windowed DealLite; 481 s here under load, 142 CPU-s): its start-up
         # check runs in tests/agents/test_iterpo_config.py, its kernel in
         # tests/credit/test_iterpo.py; multi-turn GRPO on DealLite is ibrl_deal's world.
-        "iterpo_deal:tiny", "iterpo_deal:tiny,grpo"}
+        "iterpo_deal:tiny", "iterpo_deal:tiny,grpo",
+        # Graph credit: ragen_sokoban:tiny's run with another kernel (each kernel is tested
+        # against plain-Python loops in tests/credit/test_graph_credit.py; every arm is built
+        # and validated by tests/eval/test_reproduce.py).
+        "rewardflow_sokoban:tiny", "graphgpo_sokoban:tiny", "gated_bepo_sokoban:tiny",
+        # Hera's pipeline runs in CI at test scale in tests/agents/test_hera.py.
+        "hera_sokoban:tiny", "hera_sokoban:tiny,always_cloud"}
 CASES = [pytest.param(p, a, id=f"{os.path.basename(p)[:-3]}:{a}",
                       marks=[pytest.mark.slow] if f"{os.path.basename(p)[:-3]}:{a}" in SLOW else [])
          for p in CONFIGS for a in VARIANTS.get(os.path.basename(p)[:-3], ["tiny"])]
