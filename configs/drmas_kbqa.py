@@ -39,8 +39,14 @@ Paper numbers (arXiv abstract, verified): on multi-turn search with Qwen2.5/Qwen
 vanilla GRPO +15.2 points avg@16 and +13.1 pass@16 (on math +5.6 / +4.6); gradient spikes
 largely gone. Expected direction here: Dr. MAS >= pooled GRPO on eval/avg@4 (k = 4 at tiny
 scale, not 16) and smaller per-agent gradient-norm peaks (the searcher's advantages, pooled
-with the answerer's 5x larger rewards, are the ones a global baseline misfits). **Not measured
-yet**: `launch/reproduce.py configs/drmas_kbqa.py` runs both arms over 3 seeds.
+with the answerer's 5x larger rewards, are the ones a global baseline misfits). Measured
+(tiny, seeds 0-2 per arm, `launch/reproduce.py --paper=drmas_kbqa --seeds=3`,
+benchmarks/results/reproduce/drmas_kbqa.md): the direction does NOT show at this scale.
+Held-out avg@4 Dr. MAS 0.115 (0.141, 0.102, 0.102) vs pooled GRPO 0.135 (0.133, 0.148, 0.125),
+diff -0.021, Welch 95% [-0.067, +0.026]; success 0.167 vs 0.188, -0.021 [-0.170, +0.128].
+Both arms start RL at avg@4 0.099 / success 0.271 (the same SFT) and 10 RL iterations move
+them little (avg@4 +0.016 vs +0.036; greedy success falls in both), so there is little RL
+signal for the normalization to change; ~16 min a run, two at once.
 
 tiny (2-core CPU): 60 entities, 2-hop questions, 3 turns, results cut to 24 tokens; SFT (60
 steps of 32 on the expert plans: search, search, answer), then 10 RL iterations of 8 tasks x 4.

@@ -85,9 +85,15 @@ def test_comparison_rejects_bad_fields_naming_them():
                      (dict(baselines=["B"]), "baselines"), (dict(metrics=()), "metrics"),
                      (dict(paper={"Z": {"eval/success": 1.0}}), "paper"),
                      (dict(paper={"A": {"eval/other": 1.0}}), "paper"),
-                     (dict(claims={"B": 2}), "claims"), (dict(arms={"A/x": ""}), "arms")]:
+                     (dict(claims={"B": 2}), "claims"), (dict(arms={"A/x": ""}), "arms"),
+                     (dict(claims={"B": {"eval/other": 1}}), "claims"),
+                     (dict(claims={"B": {"eval/success": 3}}), "claims")]:
     with pytest.raises(ValueError, match=f"Comparison.{field}"):
       Comparison(**{**ok, **bad})
+  per_metric = Comparison(**ok, metrics=("eval/reward", "eval/success"),
+                          claims={"B": {"eval/success": -1}})
+  assert per_metric.paper_direction("B", "eval/success") == (-1, None)
+  assert per_metric.paper_direction("B", "eval/reward") == (1, None)
 
 
 def test_every_declared_comparison_builds_its_arms():

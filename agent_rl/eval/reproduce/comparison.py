@@ -40,7 +40,9 @@ class Comparison:
   paper_verified: False when the numbers were recalled and not checked against the paper (the
     config docstrings' [G]/[R] marks); the reports print them as unverified.
   claims: baseline -> the paper's stated direction where it gives no numbers for the pair:
-    +1 (method better; the default), -1, or 0 (the paper states none for this pair).
+    +1 (method better; the default), -1, or 0 (the paper states none for this pair); or
+    baseline -> {metric: direction} where it differs by metric (Hera: a higher cost-aware
+    return than always-cloud at a lower success).
   setting: the environment / split, for the table.
   overrides: `--config.key=value` settings every arm needs (e.g. a run dir to start from).
   """
@@ -83,14 +85,19 @@ class Comparison:
         if not isinstance(v, (int, float)):
           bad("paper", f"{arm}/{m}: a number, got {v!r}")
     for b, v in self.claims.items():
-      if b not in self.baselines or v not in (1, 0, -1):
-        bad("claims", f"{b!r}: a baseline -> +1 | 0 | -1, got {v!r}; baselines: {self.baselines}")
+      signs = dict(v) if isinstance(v, Mapping) else {m: v for m in self.metrics}
+      if (b not in self.baselines or not set(signs) <= set(self.metrics)
+          or any(x not in (1, 0, -1) for x in signs.values())):
+        bad("claims", f"{b!r}: a baseline -> +1 | 0 | -1, or metric -> +1 | 0 | -1 (metrics "
+                      f"{self.metrics}), got {v!r}; baselines: {self.baselines}")
     # Read-only views: a module-level constant must not be mutated by a caller.
     object.__setattr__(self, "arms", MappingProxyType(dict(self.arms)))
     object.__setattr__(self, "paper", MappingProxyType({a: MappingProxyType(dict(n))
                                                         for a, n in self.paper.items()}))
     object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
-    object.__setattr__(self, "claims", MappingProxyType(dict(self.claims)))
+    object.__setattr__(self, "claims", MappingProxyType({
+        b: MappingProxyType(dict(v)) if isinstance(v, Mapping) else v
+        for b, v in self.claims.items()}))
 
   @property
   def primary(self) -> str:
@@ -104,7 +111,8 @@ class Comparison:
     when it gives both, else the declared claim (+1 unless `claims` says otherwise)."""
     a, b = self.paper_number(self.method, metric), self.paper_number(baseline, metric)
     if a is None or b is None:
-      return self.claims.get(baseline, 1), None
+      claim = self.claims.get(baseline, 1)
+      return (claim.get(metric, 1) if isinstance(claim, Mapping) else claim), None
     if a == b:
       return 0, 0.0
     return (1 if a > b else -1), a - b
