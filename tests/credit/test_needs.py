@@ -150,7 +150,7 @@ def test_check_inputs_names_kernel_input_and_env(tok):
                      r"env 'sokoban' does not emit in info; envs that emit it: ledger_stream$"):
     chk("uma", soko, "sokoban")
   with pytest.raises(ValueError, match=r"'beacon' needs batch\.milestone, which env 'frozenlake'.*"
-                     r"envs that emit it: sokoban, texthouse, textlab$"):
+                     r"envs that emit it: route, sokoban, texthouse, textlab$"):
     chk("beacon", lake, "frozenlake")
   assert chk("beacon", soko, "sokoban") == credit.needs_of("beacon")
   for name in ("drmas", "per_agent"):

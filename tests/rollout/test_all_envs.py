@@ -23,8 +23,11 @@ ENV_KW = {"sokoban": dict(max_steps=3), "frozenlake": dict(max_steps=3), "bandit
           # tests/agents/test_rollout.py); calc_math_verify is calc_math's loop with long
           # byte-level observations (~100 s each layout; tests/envs/calc_math/test_roles.py).
           "deal_lite": dict(max_turns=3), "calc_math_verify": dict(max_digits=2, max_turns=3),
-          "roles": dict(base="countdown", base_kwargs={"max_numbers": 3})}
-SLOW_ENVS = {"textlab", "roles", "calc_math_verify"}
+          "roles": dict(base="countdown", base_kwargs={"max_numbers": 3}),
+          # Hera's router over Sokoban; with -m slow (its turns vs the base env:
+          # tests/envs/test_route.py; compiled and trained: tests/agents/test_hera.py).
+          "route": dict(base="sokoban", base_kwargs={"max_steps": 3})}
+SLOW_ENVS = {"textlab", "roles", "calc_math_verify", "route"}
 
 
 def test_every_registered_env_is_covered():
