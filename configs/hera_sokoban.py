@@ -47,8 +47,12 @@ always-device: the claim to check is Hera's return above both, its success near 
 (not above it; `claims` marks that pair's success as expected lower).
 Measured so far (tiny, 2026-12-03, the workers of the recipe above): always-cloud held-out
 success 0.438, return 2.63 (cost-aware); always-device success 0.109, return 0.297
-(evaluation-only arms: equal over seeds). **The Hera and IL-only arms are not run yet** (~2
-min an RL iteration here with three models per turn: about 45 min a run).
+(evaluation-only arms: equal over seeds). IL only (stage 1, seeds 0-2): 709 labelled states,
+the device agreeing with the cloud at 22% of them, so the router imitates the majority label:
+held-out success 0.359 in every seed, return 1.54 / 1.54 / 1.78, cloud calls 6.9 / 6.9 / 5.9 and
+device calls 0 / 0 / 0.95 an episode: below always-cloud on both axes at this scale (a stalled
+router turn costs a step of the 10). **The Hera arm (stage 1 + RL) is not run yet** (~2 min an
+RL iteration here with three models per turn: about 45 min a run).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
