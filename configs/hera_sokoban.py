@@ -56,6 +56,7 @@ RL iteration here with three models per turn: about 45 min a run).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
+from agent_rl.train.world_defaults import gigpo
 
 DEVICE, CLOUD = "runs/hera_device", "runs/hera_cloud"
 VARIANTS = dict(always_cloud=False, always_device=False, il_only=False, cloud_cost=0.25)
@@ -93,9 +94,7 @@ def get_config(arg: str | None = None):
     c.rollout.num_tasks, c.train.iterations = 8, 20  # iteration on the 2-core VM
   c.loss.name = "vanilla"
   c.loss.kwargs.clip_ratio_low, c.loss.kwargs.clip_ratio_high = 0.2, 0.28
-  c.credit.name = "gigpo"
-  c.credit.kwargs.gamma, c.credit.kwargs.step_weight = 0.95, 1.0
-  c.credit.kwargs.norm = "mean_norm"
+  gigpo(c)  # step groups over the router's turns
   c.sft.plans, c.sft.num_demos, c.sft.steps = "route_agreement", 128, 60
   if force:  # no router: the workers as they are, evaluated (nothing trains)
     c.sft.steps, c.train.iterations = 0, 0

@@ -103,12 +103,12 @@ def agreement_plans(policy, lm_params, env, tasks, key, ecfg, pieces, tokenizer,
 
 
 def agreement_rows(c, setup, ecfg, policy, lm_params, lm_graphdef, seeds):
-  """The SFT rows of Hera's stage 1 (module doc) on the demo tasks `seeds`."""
+  """The SFT rows of Hera's stage 1 (module doc) on the demo tasks `seeds` (the run checked
+  the setting at start-up: `check`)."""
   from agent_rl.data.scripted import scripted_policy
   from agent_rl.envs.tasks import sample_tasks
   from agent_rl.rollout.compiled import rollout
   from agent_rl.train.sft import _rows_of
-  check(c, setup.env)
   tasks = sample_tasks(setup.env, seeds)
   key = jax.random.key(0)
   forced, st = agreement_plans(policy, lm_params, setup.env, tasks, key, ecfg, setup.pieces,

@@ -75,10 +75,15 @@ def gigpo_or_baseline(c, args):
     c.credit.name = "gae"
     c.credit.kwargs.gamma = 0.95
   else:
-    c.credit.name = "gigpo"
-    c.credit.kwargs.gamma = 0.95
-    c.credit.kwargs.step_weight = 1.0
-    c.credit.kwargs.norm = "mean_norm"
+    gigpo(c)
+  return c
+
+
+def gigpo(c):
+  """GiGPO with the paper's defaults: gamma 0.95, step weight 1, mean_norm."""
+  c.credit.name = "gigpo"
+  c.credit.kwargs.gamma, c.credit.kwargs.step_weight = 0.95, 1.0
+  c.credit.kwargs.norm = "mean_norm"
   return c
 
 
@@ -236,9 +241,7 @@ def graph_credit(c, method: str, args):
   if "grpo" in args:
     c.credit.name = "grpo"
   elif "gigpo" in args:
-    c.credit.name = "gigpo"
-    c.credit.kwargs.gamma, c.credit.kwargs.step_weight = 0.95, 1.0
-    c.credit.kwargs.norm = "mean_norm"
+    gigpo(c)
   else:
     c.credit.name = method
     for k, v in GRAPH_CREDIT[method].items():
