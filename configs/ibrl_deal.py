@@ -36,9 +36,11 @@ from agent_rl.train.world_defaults import agents_mode, deal_lite
 VARIANTS = dict(team=False, lora=False, shared=False)
 COMPARISON = Comparison(
     arms={"IB-RL": "", "team GRPO": "team"}, method="IB-RL", baselines=("team GRPO",),
-    metrics=("eval/fair/reward", "eval/greedy/reward", "eval/walker/reward", "eval/reward"),
+    metrics=("eval/fair/reward", "eval/greedy/reward", "eval/walker/reward", "cross/all/return",
+             "cross/early/return", "eval/reward"),
     paper_source="IB-RL (arXiv 2608.06735) abstract: direction only (held-out counterparts)",
-    paper_verified=False, setting="DealLite self-play, eval vs scripted bargainers")
+    paper_verified=False, cross_play=True,
+    setting="DealLite self-play, eval vs scripted bargainers and cross-play")
 
 
 def get_config(arg: str | None = None):

@@ -107,9 +107,10 @@ class HostRollout:
   """
 
   def __init__(self, policy: Policy, env: HostEnv, cfg: EpisodeConfig, pieces: PromptPieces):
-    if cfg.search is not None:
-      raise ValueError("EpisodeConfig.search (TSR) needs env-state cloning; use the compiled "
-                       "rollout with a JAX environment")
+    for name in ("search", "branch"):
+      if getattr(cfg, name) is not None:
+        raise ValueError(f"EpisodeConfig.{name} needs env-state cloning; use the compiled "
+                         "rollout with a JAX environment")
     self.policy, self.env, self.cfg, self.pieces = policy, env, cfg, pieces
     self._jits: dict = {}
     self.timings: dict = {}

@@ -2,7 +2,8 @@
 
 One `jax.jit` program: vmapped env.reset, then `lax.scan` over turns of
 act -> vmapped env.step -> record -> observe (episode.py), with optional TSR search
-(search.py) and the selective gate (gate.py) inside the scan. Compiled once per
+(search.py), the selective gate (gate.py) and branched groups (branch.py) inside the
+scan. Compiled once per
 (config, shapes); later iterations reuse the executable (tested with chex.assert_max_traces).
 
 Randomness: `key` -> (reset key, sample key). Task i is reset with fold_in(reset, i) (its G
@@ -19,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from agent_rl.envs.base import Text
-from agent_rl.rollout import search
+from agent_rl.rollout import branch, search
 from agent_rl.rollout.batch import EpisodeBatch
 from agent_rl.rollout.carry import EpisodeCarry
 from agent_rl.rollout.episode import EpisodeConfig, EpisodeLoop, action_length
@@ -74,8 +75,11 @@ def make_rollout(policy: Policy, env: Any, cfg: EpisodeConfig, pieces: PromptPie
                        info_spec=info_spec(step, state, n, action_length(env, cfg)))
     carry = loop.start(params, state, obs, ep_keys)
     t_max = cfg.max_turns
+    b_turns = None if cfg.branch is None else branch.branch_turns(ep_keys, g, cfg.branch)
 
     def turn(c, t):
+      if b_turns is not None:
+        c = branch.branch(c, t, b_turns, g)
       if cfg.search is None:
         c, action, active = loop.act(params, c, t)
         out = step(c.env_state, action)

@@ -32,6 +32,7 @@ from agent_rl.envs.base import Text, fingerprint
 from agent_rl.rollout import layout
 from agent_rl.rollout.batch import EpisodeBatch
 from agent_rl.rollout.carry import EpisodeCarry, TurnRecord, extra_columns, extra_values
+from agent_rl.rollout.branch import BranchConfig, prefix_mask
 from agent_rl.rollout.gate import GateConfig, gate_groups
 from agent_rl.rollout.history import HISTORY
 from agent_rl.rollout.layout import TokenBuffer
@@ -82,6 +83,7 @@ class EpisodeConfig:
   max_context: int = 0
   gate: Optional[GateConfig] = None
   search: Optional[SearchConfig] = None
+  branch: Optional[BranchConfig] = None  # branched groups (branch.py)
 
   def __post_init__(self):
     if self.history not in HISTORY_MODES:
@@ -93,6 +95,9 @@ class EpisodeConfig:
     for f in ("window_turns", "window_tokens", "max_context"):
       if getattr(self, f) < 0:
         raise ValueError(f"EpisodeConfig.{f} must be >= 0, got {getattr(self, f)}")
+    if self.branch is not None and self.branch.max_turn >= self.max_turns:
+      raise ValueError(f"EpisodeConfig.branch.max_turn ({self.branch.max_turn}) must be < "
+                       f"max_turns ({self.max_turns}): a branch needs a turn after it")
     if self.gate is not None and self.gate.turn > self.max_turns:
       raise ValueError(f"EpisodeConfig.gate.turn ({self.gate.turn}) > max_turns ({self.max_turns})")
 
@@ -180,7 +185,8 @@ class EpisodeLoop:
         turns=TurnRecord.zeros(n, t),
         extras={k: jnp.zeros((n, t), d) for k, (_, _, d) in self.extras.items()},
         action_symbols=jnp.zeros((n, t), jnp.uint32), alive=on, context_truncated=~on,
-        gate_cut=~on, episode_return=jnp.zeros((n,), jnp.float32), num_turns=zero,
+        gate_cut=~on, shared_turns=zero, episode_return=jnp.zeros((n,), jnp.float32),
+        num_turns=zero,
         window_dropped_turns=zero, window_truncated_samples=zero, action_budget_hit=zero,
         state_hash=self._hash0(state, obs) if hash0 is None else hash0, sample_keys=keys,
         decode_steps=jnp.zeros((), jnp.int32),
@@ -263,6 +269,8 @@ class EpisodeLoop:
     """The EpisodeBatch and rollout metrics (cut groups get a zero loss mask)."""
     keep = (~c.gate_cut).astype(jnp.float32)
     tok = self.history.token_fields(self, c, keep)
+    if self.cfg.branch is not None:  # a branched copy's shared prefix is trained via its root
+      tok["loss_mask"] = prefix_mask(tok["loss_mask"], tok["turn_index"], c.shared_turns)
     batch = EpisodeBatch(**c.turns.as_dict(), **tok, extras=dict(c.extras),
                          group_id=group_id.astype(jnp.int32),
                          episode_key=episode_keys.astype(jnp.uint32),
@@ -280,6 +288,7 @@ class EpisodeLoop:
         "rollout/window_truncated_samples": jnp.sum(f32(c.window_truncated_samples)),
         "rollout/action_budget_hit": jnp.sum(f32(c.action_budget_hit)),
         "rollout/gate_cut_episodes": jnp.sum(f32(c.gate_cut)),
+        "rollout/branched_episodes": jnp.sum(f32(c.shared_turns > 0)),
         "rollout/decode_steps": f32(c.decode_steps),
     }
     return batch, metrics

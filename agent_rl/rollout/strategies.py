@@ -24,6 +24,8 @@ The output is an ordinary EpisodeBatch, so every credit kernel and loss applies 
                   in `dapo/padded_groups`), "raise" raises as verl does.
   selective_gate  §4.9 gate inside the loop (gate.py); cut groups get a zero loss mask.
   tsr             §4.10 trajectory search inside the loop (search.py).
+  branch          each group's members copy its root's first b turns, b ~ U[min_turn,
+                  max_turn], then continue on their own keys (branch.py; FutureBridge-OPD).
   skill_pairs     SkillC's paired streams (§4.13): the first half of the tasks, each played
                   by G rollouts with its skill text injected (task field `field` True) and G
                   without; the 2G episodes of a task form one group (skill-injected first), so
@@ -42,6 +44,7 @@ import numpy as np
 
 from agent_rl.registry import Registry, keyword_params
 from agent_rl.rollout.batch import EpisodeBatch
+from agent_rl.rollout.branch import BranchConfig
 from agent_rl.rollout.episode import EpisodeConfig, SearchConfig
 from agent_rl.rollout.gate import GateConfig
 
@@ -205,6 +208,10 @@ def _with_gate(cfg: EpisodeConfig, *, turn: int = 10, threshold: float = 0.12,
                                                   ended_frac=ended_frac))
 
 
+def _with_branch(cfg: EpisodeConfig, *, min_turn: int = 1, max_turn: int = 1) -> EpisodeConfig:
+  return dataclasses.replace(cfg, branch=BranchConfig(min_turn=min_turn, max_turn=max_turn))
+
+
 def _with_search(cfg: EpisodeConfig, *, mode: str = "best_of_n", num_candidates: int = 4,
                  heuristic=None) -> EpisodeConfig:
   return dataclasses.replace(cfg, search=SearchConfig(mode=mode, num_candidates=num_candidates,
@@ -216,5 +223,6 @@ STRATEGIES.register("starpo_s", Strategy(run_fn=starpo_s))
 STRATEGIES.register("dapo", Strategy(run_fn=dapo))
 STRATEGIES.register("selective_gate", Strategy(configure_fn=_with_gate))
 STRATEGIES.register("tsr", Strategy(configure_fn=_with_search))
+STRATEGIES.register("branch", Strategy(configure_fn=_with_branch))
 STRATEGIES.register("skill_pairs", Strategy(run_fn=skill_pairs))
 from agent_rl.rollout import purify  # noqa: E402,F401  (registers "rollback_purify")

@@ -292,6 +292,12 @@ def _validate_kwargs(c: mlc.ConfigDict, need) -> None:
       # A config file's kwargs for its own choice outlive `--config.x.name=other`.
       raise ValueError(f"{e} (--config.{field}='{{}}' first drops the config file's "
                        "kwargs)") from None
+  try:  # in-loop strategies check their settings against the episode (gate, tsr, branch)
+    from agent_rl.rollout.episode import EpisodeConfig
+    STRATEGIES.get(c.rollout.strategy).configure(EpisodeConfig(max_turns=c.rollout.max_turns),
+                                                 **dict(c.rollout.strategy_kwargs))
+  except ValueError as e:
+    need(False, "rollout.strategy_kwargs", f"{c.rollout.strategy}: {e}")
   kl = losses.KL_ESTIMATORS.names()
   need(c.loss.kl_type in kl + [k + "+" for k in kl], "loss.kl_type",
        f"unknown KL estimator {c.loss.kl_type!r}; known: {', '.join(kl)} (each also with a "

@@ -3,9 +3,9 @@
     python -m agent_rl.train.evaluate --config=configs/ragen_sokoban.py:tiny --workdir=DIR \
         [--checkpoint=latest|best] [--config.eval.num_tasks=256 --config.eval.k=8]
 
-Prints (and writes to DIR/eval.json) success, reward, pass@k and avg@k of the policy in the
-newest readable (or best-by-eval) checkpoint of DIR, on the config's held-out task seeds, and
-the same on every `eval.variant_kwargs` and `eval.counterparts` panel (eval/<name>/...),
+Prints (and writes to DIR/eval.json, or --out=FILE) success, reward, pass@k and avg@k of the
+policy in the newest readable (or best-by-eval) checkpoint of DIR, on the config's held-out task
+seeds, and the same on every `eval.variant_kwargs` and `eval.counterparts` panel (eval/<name>/...),
 through the same function as the run's own evaluations (`train.phases.evaluate_panels`):
 
     # agent 0 of a DealLite run against bob of another seed's run and of its own step 10
@@ -32,10 +32,12 @@ from agent_rl.train.setup import build, eval_variants
 _CONFIG = define_config_flag("config", "the run's config file")
 _WORKDIR = flags.DEFINE_string("workdir", None, "the run's workdir (checkpoints, tokenizer)")
 _WHICH = flags.DEFINE_enum("checkpoint", "latest", ["latest", "best"], "which checkpoint")
+_OUT = flags.DEFINE_string("out", None, "where the JSON goes (default WORKDIR/eval.json)")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def evaluate_checkpoint(c, workdir: str, which: str = "latest") -> dict:
+def evaluate_checkpoint(c, workdir: str, which: str = "latest", out_path: str | None = None
+                        ) -> dict:
   ck_dir = os.path.join(workdir, "checkpoints")
   if not os.path.isdir(ck_dir):
     raise FileNotFoundError(f"{ck_dir}: no checkpoints in this workdir")
@@ -50,7 +52,7 @@ def evaluate_checkpoint(c, workdir: str, which: str = "latest") -> dict:
     m = evaluate_panels(c, policy, rp.params, setup, ecfg, place.batch,
                         eval_variants(c, setup), counterparts.load(c, setup, place))
   out = {"checkpoint_step": rp.step, **rp.meta, **m}
-  with open(os.path.join(workdir, "eval.json"), "w") as f:
+  with open(out_path or os.path.join(workdir, "eval.json"), "w") as f:
     json.dump(out, f, indent=2)
   return out
 
@@ -59,7 +61,8 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   check_fields(_CONFIG.value)  # a mistyped --config.x override fails here, naming it
-  print(json.dumps(evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _WHICH.value), indent=2))
+  print(json.dumps(evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _WHICH.value,
+                                                _OUT.value), indent=2))
 
 
 if __name__ == "__main__":

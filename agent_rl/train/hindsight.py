@@ -30,7 +30,7 @@ from agent_rl.losses.distill import hindsight_gap_advantages
 from agent_rl.rollout.batch import EpisodeBatch
 
 # Strategies whose episodes keep the rollout's order (episode i plays task i // G).
-ORDER_KEEPING = ("plain", "selective_gate", "tsr")
+ORDER_KEEPING = ("plain", "selective_gate", "tsr", "branch")
 
 
 def episode_privileged(env, tasks, group_size: int) -> Text:

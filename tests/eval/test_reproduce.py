@@ -17,6 +17,7 @@ from agent_rl.eval.reproduce import Comparison
 from agent_rl.eval.reproduce import main as rep
 from agent_rl.eval.reproduce import results, runs, stats
 from agent_rl.eval.reproduce.comparison import load_comparisons, load_config
+from tests.eval.toy_row import TOY, VALUES, FakeRun, toy  # noqa: F401 (toy: a fixture)
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
@@ -109,61 +110,7 @@ def test_every_declared_comparison_builds_its_arms():
   assert load_config("reward_model").reason == "no comparison declared"
 
 
-# -- a toy paper config in a temporary configs dir --------------------------------------------
-
-TOY = '''"""Toy row for the harness tests."""
-from agent_rl.eval.reproduce import Comparison
-from agent_rl.train.config import scaled_config
-
-VARIANTS = dict(grpo=False, bad_env=False)
-COMPARISON = Comparison(arms={"M": "", "B": "grpo"}, method="M", baselines=("B",),
-                        metrics=("eval/success",), paper={"M": {"eval/success": 0.8},
-                        "B": {"eval/success": 0.6}}, paper_source="toy", setting="toy world")
-
-
-def get_config(arg=None):
-  c, args = scaled_config(arg, VARIANTS)
-  c.credit.name = "grpo" if "grpo" in args else "dr_grpo"
-  c.train.iterations, c.sft.steps = 3, 2
-  if "bad_env" in args:
-    c.env.name = "no_such_env"
-  return c
-'''
-UNREG = TOY.replace('arms={"M": "", "B": "grpo"}', 'arms={"M": "bad_env", "B": "grpo"}')
-
-
-@pytest.fixture
-def toy(tmp_path):
-  d = tmp_path / "configs"
-  d.mkdir()
-  (d / "toy.py").write_text(TOY)
-  (d / "unreg.py").write_text(UNREG)
-  (d / "plain.py").write_text('"""No row."""\ndef get_config(arg=None):\n  return None\n')
-  return str(d), str(tmp_path / "results")
-
-
-VALUES = {"M": [0.8, 0.9, 0.85], "B": [0.7, 0.75, 0.72]}
-
-
-class FakeRun:
-  """What train/run.py leaves in a workdir, in microseconds: config.json, metrics.jsonl
-  (eval/success at 0, SFT end and the last step) and the final checkpoint folder."""
-
-  def __init__(self, pc):
-    self.pc, self.calls = pc, []
-
-  def __call__(self, spec):
-    self.calls.append((spec.arm, spec.seed))
-    c = runs.build_config(self.pc, spec.arg, spec.overrides)
-    os.makedirs(os.path.join(spec.workdir, "checkpoints", str(runs.final_step(c))), exist_ok=True)
-    with open(os.path.join(spec.workdir, "config.json"), "w") as f:
-      f.write(c.to_json_best_effort(indent=2, sort_keys=True))
-    v = VALUES[spec.arm][spec.seed]
-    with open(os.path.join(spec.workdir, "metrics.jsonl"), "w") as f:
-      for step, x in [(0, 0.0), (c.sft.steps, v / 2), (runs.final_step(c), v)]:
-        f.write(json.dumps({"step": step, "eval/success": x}) + "\n")
-    return 0
-
+# -- the toy row (tests/eval/toy_row.py) ----------------------------------------------------
 
 def test_plan_and_dry_run_commands(toy):
   cdir, rdir = toy
@@ -194,7 +141,7 @@ def test_list_names_rows_arms_and_reasons(toy):
   missing = rep.list_rows("tiny", [("model.init_from", "/nonexistent/run")], configs_dir=cdir)
   assert "NOT RUNNABLE" in missing and "/nonexistent/run" in missing
   ok, skipped = rep.runnable_papers("tiny", configs_dir=cdir)
-  assert [p.name for p in ok] == ["toy"] and {n for n, _ in skipped} == {"plain", "unreg"}
+  assert [p.name for p in ok] == ["cross", "toy"] and {n for n, _ in skipped} == {"plain", "unreg"}
 
 
 def test_runs_resume_skip_finished_and_write_files(toy):

@@ -28,9 +28,9 @@ PREFIX = "host:"
 # Modules that register adapters in ADAPTERS (the toy first; the package adapters may be
 # absent from a checkout that predates them).
 ADAPTER_MODULES = ("toy", "textworld", "textworld_express", "scienceworld", "alfworld")
-# Strategies that need what a host env cannot give: env-state cloning (TSR search) or task
-# fields to inject text into (skill_pairs).
-UNSUPPORTED_STRATEGIES = ("tsr", "skill_pairs")
+# Strategies that need what a host env cannot give: env-state cloning (TSR search, branch)
+# or task fields to inject text into (skill_pairs).
+UNSUPPORTED_STRATEGIES = ("tsr", "skill_pairs", "branch")
 
 
 @functools.lru_cache(maxsize=1)

@@ -45,6 +45,9 @@ class Comparison:
     return than always-cloud at a lower success).
   setting: the environment / split, for the table.
   overrides: `--config.key=value` settings every arm needs (e.g. a run dir to start from).
+  cross_play: once every run finished, evaluate each run's agent under test against the other
+    agents of every other run and of its own earliest checkpoint (`cross_play`); metrics
+    `cross/{within,other,early,all}/{return,success}` can then be named in `metrics`.
   """
   arms: Mapping[str, str]
   method: str
@@ -56,6 +59,7 @@ class Comparison:
   claims: Mapping[str, int] = dataclasses.field(default_factory=dict)
   setting: str = ""
   overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  cross_play: bool = False
 
   def __post_init__(self):
     def bad(field, msg):
@@ -76,6 +80,9 @@ class Comparison:
         bad("baselines", f"{b!r} is not an arm other than the method; arms: {', '.join(self.arms)}")
     if not isinstance(self.metrics, tuple) or not self.metrics:
       bad("metrics", f"a non-empty tuple of metric keys, got {self.metrics!r}")
+    cross = [m for m in self.metrics if m.startswith("cross/")]
+    if cross and not self.cross_play:
+      bad("metrics", f"{cross} come from cross-play: set cross_play=True")
     for arm, numbers in self.paper.items():
       if arm not in self.arms:
         bad("paper", f"{arm!r} is not an arm; arms: {', '.join(self.arms)}")

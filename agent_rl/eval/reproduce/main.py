@@ -12,7 +12,7 @@ import os
 import shlex
 from typing import Callable, Optional, Sequence
 
-from agent_rl.eval.reproduce import results, runs
+from agent_rl.eval.reproduce import cross_play, results, runs
 from agent_rl.eval.reproduce.comparison import (CONFIGS_DIR, PaperConfig, load_comparisons,
                                                 load_config)
 
@@ -63,10 +63,12 @@ def dry_run(pc: PaperConfig, scale: str, seeds: int, results_dir: str, overrides
 
 def reproduce(pc: PaperConfig, scale: str, seeds: int, results_dir: str, overrides=(),
               arms: Sequence[str] = (), jobs: int = 1, runner: Optional[runs.Runner] = None,
-              run: bool = True, echo: Callable[[str], None] = print
+              run: bool = True, echo: Callable[[str], None] = print,
+              eval_runner: Optional[cross_play.EvalRunner] = None
               ) -> tuple[results.RowResult, list]:
-  """Runs what is left of the row (unless `run` is False: report what is there), then writes
-  RESULTS_DIR/<paper>.{json,md,png}. Returns (the row, the run outcomes)."""
+  """Runs what is left of the row (unless `run` is False: report what is there), and its
+  cross-play when the row asks for it, then writes RESULTS_DIR/<paper>.{json,md,png}. Returns
+  (the row, the run outcomes)."""
   specs = runs.plan(pc, scale, seeds, results_dir, overrides, arms)
   if run:
     for arm in dict.fromkeys(s.arm for s in specs):
@@ -75,6 +77,8 @@ def reproduce(pc: PaperConfig, scale: str, seeds: int, results_dir: str, overrid
         raise ValueError(f"{pc.name}/{arm} cannot run: {why}")
   outcomes = (runs.execute(pc, specs, runner or runs.subprocess_runner, jobs, echo)
               if run else [])
+  if run and pc.comparison.cross_play:
+    cross_play.execute(pc, specs, eval_runner or cross_play.subprocess_eval, jobs, echo)
   row = results.collect(pc, specs, scale, seeds, overrides)
   paths = results.write_row(row, results_dir)
   echo("wrote " + ", ".join(paths))

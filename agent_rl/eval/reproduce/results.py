@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from etils import epath
 
-from agent_rl.eval.reproduce import stats
+from agent_rl.eval.reproduce import cross_play, stats
 from agent_rl.eval.reproduce.comparison import PaperConfig
 from agent_rl.eval.reproduce.runs import TIME_FILE, RunSpec, build_config, final_step, status
 from agent_rl.metrics.sinks import read_jsonl
@@ -83,6 +83,9 @@ def read_run(pc: PaperConfig, spec: RunSpec, metrics: Sequence[str]) -> RunResul
   recs = read_jsonl(wd / "metrics.jsonl") if (wd / "metrics.jsonl").exists() else []
   curves = {m: [(r["step"], r[m]) for r in recs if m in r] for m in metrics}
   final = {m: pts[-1][1] for m, pts in curves.items() if pts and pts[-1][0] == final_step(c)}
+  for m, v in cross_play.metrics(spec.workdir).items():  # the final checkpoint's cross-play
+    if m in metrics:
+      curves[m], final[m] = [(final_step(c), v)], v
   sft = int(c.sft.steps)
   after_sft = {m: [v for step, v in pts if step == sft][-1] for m, pts in curves.items()
                if sft and any(step == sft for step, _ in pts)}

@@ -1,0 +1,67 @@
+"""Branched rollouts: a group's G episodes share the first b turns of one episode, then go
+their own ways from the state that episode reached (FutureBridge-OPD's branching from
+intermediate student states; TreeRL-style prefix sharing).
+
+Plain GRPO groups compare G episodes from the same *initial* state, so late turns are
+compared across different histories. Branching puts the group's comparison (and, for
+on-policy distillation, the teacher's scoring) at a state the student itself reached b turns
+in: at the start of turn b, every member of a group whose root (member 0) is still playing
+becomes a copy of the root (env state, history, KV cache or window samples, turn records:
+the whole episode carry is gathered by rows, as TSR's search does), keeping its own sampling
+key stream, so the continuations differ. The env state is a pytree, so the branch is a gather
+and costs no env replay; pure-JAX envs only (a host env's state lives in its worker).
+
+Turn b per group is drawn uniformly from [min_turn, max_turn] with the group root's episode
+key (deterministic per rollout key). A group whose root ended before b is not branched. The
+copies' first b turns are the root's tokens: they stay in the batch (the episode's return and
+turn records are whole) but leave the loss (`EpisodeCarry.shared_turns`: their tokens get loss
+mask 0 in `EpisodeLoop.finish`), so the shared prefix is trained once, through the root.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+_SALT = 0xB4A9C4  # the branch-turn draw's stream, apart from the sampling keys' turns
+
+
+@dataclasses.dataclass(frozen=True)
+class BranchConfig:
+  min_turn: int = 1
+  max_turn: int = 1
+
+  def __post_init__(self):
+    if not 1 <= self.min_turn <= self.max_turn:
+      raise ValueError(f"BranchConfig: need 1 <= min_turn <= max_turn, got min_turn="
+                       f"{self.min_turn}, max_turn={self.max_turn} (turn 0 has no prefix)")
+
+
+def branch_turns(episode_keys: jax.Array, group_size: int, cfg: BranchConfig) -> jax.Array:
+  """`[N]` i32: the turn at which each episode's group branches (from its root's key)."""
+  root = episode_keys[::group_size]
+  draw = jax.vmap(lambda k: jax.random.randint(
+      jax.random.fold_in(k, _SALT), (), cfg.min_turn, cfg.max_turn + 1))(root)
+  return jnp.repeat(draw.astype(jnp.int32), group_size)
+
+
+def branch(c, t, turns: jax.Array, group_size: int):
+  """The carry after branching the groups whose turn is t: members (not the root) of a group
+  with `turns == t` and a live root become copies of the root, keeping their sample keys;
+  their `shared_turns` is set to t. c: EpisodeCarry with leading axis N; turns: `[N]`."""
+  n = c.alive.shape[0]
+  idx = jnp.arange(n, dtype=jnp.int32)
+  root = idx - idx % group_size
+  copy = (turns == t) & c.alive[root] & (idx != root)
+  rows = jnp.where(copy, root, idx)
+  take = lambda x: jnp.take(x, rows, axis=0) if (x.ndim >= 1 and x.shape[0] == n) else x
+  out = jax.tree.map(take, c)
+  return out.replace(sample_keys=c.sample_keys,
+                     shared_turns=jnp.where(copy, jnp.asarray(t, jnp.int32), c.shared_turns))
+
+
+def prefix_mask(loss_mask: jax.Array, turn_index: jax.Array, shared_turns: jax.Array):
+  """loss_mask `[N, L]` with the tokens of turns < shared_turns `[N]` zeroed."""
+  shared = (turn_index >= 0) & (turn_index < shared_turns[:, None])
+  return jnp.where(shared, 0.0, loss_mask)
