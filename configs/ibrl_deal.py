@@ -23,11 +23,21 @@ against held-out bargainers), while the team baseline may reach more self-play d
 Upper bound: the Nash bargaining deal (envs/deal_lite/game.py `nash_allocation`), which the
 SFT demos offer.
 
-tiny (2-core CPU): SFT on the Nash-offer-then-accept plans, then RL. Measured so far (seed 0
-per arm, benchmarks/results/reproduce/ibrl_deal.md): the direction does NOT show at this
-scale: both arms end at self-play success 1.00 (0.53 after SFT) and alice's value against
-every scripted bargainer 0.00 (-0.12 after SFT): the tiny pair collapses to "alice offers
-0 0 0, bob accepts" under either credit. Seeds 1-2: `launch/reproduce.py --paper=ibrl_deal`.
+tiny (2-core CPU): SFT on the Nash-offer-then-accept plans, then RL (~11 min a run, two at
+once). Cross-play (`cross_play=True`, eval/reproduce/cross_play.py): after the row finished,
+each run's alice against bob of every other run (other seeds, the other arm) and against its
+own bob at its earliest kept checkpoint (5 RL iterations in): `cross/{all,early}/return`.
+Measured (3 seeds, 2026-12-03, benchmarks/results/reproduce/ibrl_deal.md): the direction does
+NOT show against the scripted bargainers: alice's value vs fair -0.058 (IB-RL) vs 0.003 (team),
+diff -0.061 [-0.374, +0.251]; greedy -0.123 [-0.401, +0.155]; walker -0.104 [-0.355, +0.147].
+What differs is alice's share: under per-agent credit alice keeps part of the deal in 2 of 3
+seeds (self-play value 0.00 / 0.69 / 0.85; team GRPO 0.00 / 0.00 / 0.16: the team reward lets
+alice give everything to bob), and that share holds against every learned bob, cross/all/return
+0.514 vs 0.054, +0.459 [-0.606, +1.524] (n.s.); but it does not against the scripted bargainers,
+which reject her demands (no deal: -0.10 to -0.20). Cross-play adds nothing beyond self-play at
+this scale: every learned bob, of either arm and of the early checkpoint, accepts alice's
+opening offer (each panel equals the run's self-play numbers, success 1.00). Self-play
+success 0.97-1.00 in both arms (0.53 after SFT).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
