@@ -61,7 +61,3 @@ def branch(c, t, turns: jax.Array, group_size: int):
                      shared_turns=jnp.where(copy, jnp.asarray(t, jnp.int32), c.shared_turns))
 
 
-def prefix_mask(loss_mask: jax.Array, turn_index: jax.Array, shared_turns: jax.Array):
-  """loss_mask `[N, L]` with the tokens of turns < shared_turns `[N]` zeroed."""
-  shared = (turn_index >= 0) & (turn_index < shared_turns[:, None])
-  return jnp.where(shared, 0.0, loss_mask)

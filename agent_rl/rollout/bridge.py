@@ -111,6 +111,9 @@ class HostRollout:
       if getattr(cfg, name) is not None:
         raise ValueError(f"EpisodeConfig.{name} needs env-state cloning; use the compiled "
                          "rollout with a JAX environment")
+    if cfg.intervene is not None:
+      raise ValueError("EpisodeConfig.intervene (teacher interventions) runs in the compiled "
+                       "rollout of a JAX environment; the host bridge does not carry a teacher")
     self.policy, self.env, self.cfg, self.pieces = policy, env, cfg, pieces
     self._jits: dict = {}
     self.timings: dict = {}

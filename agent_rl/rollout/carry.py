@@ -73,6 +73,7 @@ class EpisodeCarry:
   context_truncated: jax.Array  # [N] bool: ended by the concatenated context budget
   gate_cut: jax.Array         # [N] bool: its group was cut by the selective gate
   shared_turns: jax.Array     # [N] i32: first turns copied from its group's root (branch.py)
+  teacher_turns: jax.Array    # [N, T] bool: turns the teacher took over (intervene.py)
   episode_return: jax.Array   # [N] f32: sum of rewards so far (TSR beam score)
   num_turns: jax.Array        # [N] i32: turns played
   window_dropped_turns: jax.Array      # [N] i32: window turns dropped for the token budget

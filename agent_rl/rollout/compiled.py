@@ -14,7 +14,7 @@ params, tasks and key give a bit-identical EpisodeBatch.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -59,20 +59,23 @@ def _num_tasks(tasks) -> int:
 
 
 def make_rollout(policy: Policy, env: Any, cfg: EpisodeConfig, pieces: PromptPieces, *,
-                 jit: bool = True) -> Callable[[Any, Any, jax.Array], Tuple[EpisodeBatch, dict]]:
+                 jit: bool = True, teacher: Optional[Policy] = None
+                 ) -> Callable[[Any, Any, jax.Array], Tuple[EpisodeBatch, dict]]:
   """A jitted `rollout(params, tasks, key) -> (EpisodeBatch, metrics)` (`jit=False`: the
   traceable function, e.g. to wrap in chex.assert_max_traces or a larger jitted step).
   `rollout(params, tasks, key, library)`: the experience library of a jitrl search
-  (rollout/jitrl.py; data, so a new library does not recompile)."""
+  (rollout/jitrl.py; data, so a new library does not recompile). With `cfg.intervene`, the
+  `teacher` policy and `rollout(..., teacher_params=...)` its weights (intervene.py)."""
 
-  def rollout(params, tasks, key, library=None):
+  def rollout(params, tasks, key, library=None, teacher_params=None):
     n_tasks, g = _num_tasks(tasks), cfg.group_size
     reset_keys, ep_keys, group_id = episode_keys(key, n_tasks, g)
     state, obs = reset_groups(env, tasks, reset_keys, g)
     n = n_tasks * g
     step = jax.vmap(env.step)
     loop = EpisodeLoop(policy, env, cfg, pieces, n, obs.tokens.shape[-1],
-                       info_spec=info_spec(step, state, n, action_length(env, cfg)))
+                       info_spec=info_spec(step, state, n, action_length(env, cfg)),
+                       teacher=teacher)
     carry = loop.start(params, state, obs, ep_keys)
     t_max = cfg.max_turns
     b_turns = None if cfg.branch is None else branch.branch_turns(ep_keys, g, cfg.branch)
@@ -81,7 +84,7 @@ def make_rollout(policy: Policy, env: Any, cfg: EpisodeConfig, pieces: PromptPie
       if b_turns is not None:
         c = branch.branch(c, t, b_turns, g)
       if cfg.search is None:
-        c, action, active = loop.act(params, c, t)
+        c, action, active = loop.act(params, c, t, teacher_params=teacher_params)
         out = step(c.env_state, action)
         c = loop.record(c, t, active, out)
       else:

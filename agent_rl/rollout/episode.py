@@ -32,7 +32,8 @@ from agent_rl.envs.base import Text, fingerprint
 from agent_rl.rollout import layout
 from agent_rl.rollout.batch import EpisodeBatch
 from agent_rl.rollout.carry import EpisodeCarry, TurnRecord, extra_columns, extra_values
-from agent_rl.rollout.branch import BranchConfig, prefix_mask
+from agent_rl.rollout.branch import BranchConfig
+from agent_rl.rollout.intervene import InterveneConfig
 from agent_rl.rollout.gate import GateConfig, gate_groups
 from agent_rl.rollout.history import HISTORY
 from agent_rl.rollout.layout import TokenBuffer
@@ -84,6 +85,7 @@ class EpisodeConfig:
   gate: Optional[GateConfig] = None
   search: Optional[SearchConfig] = None
   branch: Optional[BranchConfig] = None  # branched groups (branch.py)
+  intervene: Optional[InterveneConfig] = None  # teacher interventions (intervene.py)
 
   def __post_init__(self):
     if self.history not in HISTORY_MODES:
@@ -95,6 +97,9 @@ class EpisodeConfig:
     for f in ("window_turns", "window_tokens", "max_context"):
       if getattr(self, f) < 0:
         raise ValueError(f"EpisodeConfig.{f} must be >= 0, got {getattr(self, f)}")
+    if self.intervene is not None and (self.search is not None or self.history != "windowed"):
+      raise ValueError("EpisodeConfig.intervene needs history='windowed' and no TSR search "
+                       f"(got history={self.history!r}, search={self.search})")
     if self.branch is not None and self.branch.max_turn >= self.max_turns:
       raise ValueError(f"EpisodeConfig.branch.max_turn ({self.branch.max_turn}) must be < "
                        f"max_turns ({self.max_turns}): a branch needs a turn after it")
@@ -121,8 +126,16 @@ class EpisodeLoop:
   """
 
   def __init__(self, policy: Policy, env: Any, cfg: EpisodeConfig, pieces: layout.PromptPieces,
-               num_episodes: int, obs_len: int, info_spec: Optional[Mapping[str, Any]] = None):
+               num_episodes: int, obs_len: int, info_spec: Optional[Mapping[str, Any]] = None,
+               teacher: Optional[Policy] = None):
+    if (teacher is None) != (cfg.intervene is None):
+      raise ValueError("EpisodeConfig.intervene and a teacher policy go together (the rollout "
+                       f"got intervene={cfg.intervene}, teacher={'a policy' if teacher else None})")
+    if teacher is not None and policy.route is not None:
+      raise ValueError("teacher interventions need one network for every row (agents.mode "
+                       "shared); per-agent weights would need a teacher per agent")
     self.policy, self.env, self.cfg, self.pieces = policy, env, cfg, pieces
+    self.teacher = teacher
     self.n, self.o = num_episodes, obs_len
     self.t, self.a = cfg.max_turns, cfg.sampler.max_tokens
     self.s, self.h, self.p = len(pieces.first), len(pieces.header), len(pieces.turn_prefix)
@@ -134,6 +147,13 @@ class EpisodeLoop:
     self.extras = extra_columns(info_spec or {}, num_episodes, getattr(env, "reward_names", None))
 
   # -- pieces of the policy ----------------------------------------------------------------
+  def teacher_view(self) -> "EpisodeLoop":
+    """The same loop with the teacher as its policy (its prefill and decode)."""
+    view = object.__new__(type(self))
+    view.__dict__.update(self.__dict__)
+    view.policy, view.teacher = self.teacher, None
+    return view
+
   def decode_fn(self, params):
     pol = self.policy
 
@@ -185,7 +205,7 @@ class EpisodeLoop:
         turns=TurnRecord.zeros(n, t),
         extras={k: jnp.zeros((n, t), d) for k, (_, _, d) in self.extras.items()},
         action_symbols=jnp.zeros((n, t), jnp.uint32), alive=on, context_truncated=~on,
-        gate_cut=~on, shared_turns=zero, episode_return=jnp.zeros((n,), jnp.float32),
+        gate_cut=~on, shared_turns=zero, teacher_turns=jnp.zeros((n, t), bool), episode_return=jnp.zeros((n,), jnp.float32),
         num_turns=zero,
         window_dropped_turns=zero, window_truncated_samples=zero, action_budget_hit=zero,
         state_hash=self._hash0(state, obs) if hash0 is None else hash0, sample_keys=keys,
@@ -193,15 +213,17 @@ class EpisodeLoop:
         agent=self._first_agent(state) if agent0 is None else agent0.astype(jnp.int32),
         layout=self.history.start(self, params, tok, valid, length))
 
-  def act(self, params, carry: EpisodeCarry, t, cand: Optional[jax.Array] = None):
-    """Generates turn t's action. Returns (carry, action Text [N, action_len], active [N])."""
+  def act(self, params, carry: EpisodeCarry, t, cand: Optional[jax.Array] = None,
+          teacher_params=None):
+    """Generates turn t's action (with the teacher's params when it may take over, see
+    intervene.py). Returns (carry, action Text [N, action_len], active [N])."""
     c, active = self.history.act_budget(self, carry, carry.alive)
     keys = jax.vmap(jax.random.fold_in, (0, None))(c.sample_keys, t)
     if cand is not None:
       keys = jax.vmap(jax.random.fold_in)(keys, cand)
     if self.policy.route is not None:  # each row under its acting agent's weights
       params = self.policy.route(params, c.agent)
-    c, gen = self.history.generate(self, params, c, t, active, keys)
+    c, gen = self.history.generate(self, params, c, t, active, keys, teacher_params)
     block = TokenBuffer(tokens=gen.tokens, loss_mask=gen.valid.astype(jnp.float32),
                         turn_index=jnp.where(gen.valid, t, -1).astype(jnp.int32),
                         logprobs=gen.logp_raw, sample_logprobs=gen.logp_sample)
@@ -269,8 +291,10 @@ class EpisodeLoop:
     """The EpisodeBatch and rollout metrics (cut groups get a zero loss mask)."""
     keep = (~c.gate_cut).astype(jnp.float32)
     tok = self.history.token_fields(self, c, keep)
-    if self.cfg.branch is not None:  # a branched copy's shared prefix is trained via its root
-      tok["loss_mask"] = prefix_mask(tok["loss_mask"], tok["turn_index"], c.shared_turns)
+    # Turns that are not the policy's own samples leave the loss: a branched copy's shared
+    # prefix (trained through its root, branch.py) and the teacher's turns (intervene.py).
+    off = (jnp.arange(self.t)[None, :] < c.shared_turns[:, None]) | c.teacher_turns
+    tok["loss_mask"] = layout.off_loss(tok["loss_mask"], tok["turn_index"], off)
     batch = EpisodeBatch(**c.turns.as_dict(), **tok, extras=dict(c.extras),
                          group_id=group_id.astype(jnp.int32),
                          episode_key=episode_keys.astype(jnp.uint32),
@@ -289,6 +313,7 @@ class EpisodeLoop:
         "rollout/action_budget_hit": jnp.sum(f32(c.action_budget_hit)),
         "rollout/gate_cut_episodes": jnp.sum(f32(c.gate_cut)),
         "rollout/branched_episodes": jnp.sum(f32(c.shared_turns > 0)),
+        "rollout/teacher_turns": jnp.sum(f32(c.teacher_turns)),
         "rollout/decode_steps": f32(c.decode_steps),
     }
     return batch, metrics

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from agent_rl.registry import Registry
-from agent_rl.rollout import layout
+from agent_rl.rollout import intervene, layout
 from agent_rl.rollout.layout import TokenBuffer
 from agent_rl.rollout.sampler import generate
 
@@ -73,7 +73,7 @@ class ConcatenatedHistory:
   def act_budget(self, loop, c, active):
     return self._fits(c, active, loop.a)
 
-  def generate(self, loop, params, c, t, active, keys):
+  def generate(self, loop, params, c, t, active, keys, teacher_params=None):
     st = c.layout
     gen, cache = generate(loop.decode_fn(params), st.logits, st.cache, c.cursor, active, keys,
                           loop.cfg.sampler, loop.pad)
@@ -120,15 +120,34 @@ class WindowedHistory:
   def act_budget(self, loop, c, active):
     return c, active
 
-  def generate(self, loop, params, c, t, active, keys):
-    j0, dropped = layout.window_start(c.turn_start, c.cursor, t, self.turns, loop.s, self.ctx)
-    ctx, cvalid, clen = layout.window_context(c.history.tokens, c.turn_start, c.cursor, j0,
-                                              loop.s, self.ctx, loop.pad)
+  def _sample(self, loop, params, ctx, cvalid, clen, t, active, keys):
+    """`loop.policy` generates an action after the window context (a fresh cache)."""
     pos = jnp.broadcast_to(jnp.arange(self.ctx, dtype=jnp.int32), (loop.n, self.ctx))
     last, cache = loop.prefill_last(params, ctx, pos, cvalid, clen,
                                     loop.policy.cache(loop.n, self.segment_len, turn=t))
     gen, _ = generate(loop.decode_fn(params), last, cache, clen, active, keys, loop.cfg.sampler,
                       loop.pad)
+    return gen
+
+  def _intervene(self, loop, teacher_params, c, ctx, cvalid, clen, t, active, keys, gen):
+    """The teacher takes over the rows whose action it finds unlikely (intervene.py)."""
+    tl = loop.teacher_view()
+    t_logp = intervene.action_logprobs(tl.policy, teacher_params, ctx, clen, gen,
+                                       self.segment_len, loop.pad)
+    take = active & (intervene.gap(gen.logp_raw, t_logp, gen.valid, gen.length)
+                     > loop.cfg.intervene.threshold)
+    t_gen = self._sample(tl, teacher_params, ctx, cvalid, clen, t, take,
+                         intervene.teacher_keys(keys))
+    return (c.replace(teacher_turns=c.teacher_turns.at[:, t].set(take)),
+            intervene.take_over(take, t_gen, gen))
+
+  def generate(self, loop, params, c, t, active, keys, teacher_params=None):
+    j0, dropped = layout.window_start(c.turn_start, c.cursor, t, self.turns, loop.s, self.ctx)
+    ctx, cvalid, clen = layout.window_context(c.history.tokens, c.turn_start, c.cursor, j0,
+                                              loop.s, self.ctx, loop.pad)
+    gen = self._sample(loop, params, ctx, cvalid, clen, t, active, keys)
+    if loop.teacher is not None:
+      c, gen = self._intervene(loop, teacher_params, c, ctx, cvalid, clen, t, active, keys, gen)
     return c.replace(
         layout=self._write_sample(loop, c.layout, t, ctx, clen, gen, active),
         window_dropped_turns=c.window_dropped_turns + jnp.where(active, dropped, 0),

@@ -171,3 +171,11 @@ def window_context(hist: jax.Array, turn_start: jax.Array, cursor: jax.Array, j0
   src = jnp.where(s < first_len, s, start[:, None] + s - first_len)
   valid = s < length[:, None]
   return gather_rows(hist, src, valid, pad_id), valid, length.astype(jnp.int32)
+
+
+def off_loss(loss_mask: jax.Array, turn_index: jax.Array, off: jax.Array) -> jax.Array:
+  """loss_mask `[N, L]` with the tokens of the turns marked in `off [N, T]` zeroed (tokens
+  with turn_index -1, prompts and observations, are never in the loss anyway)."""
+  t = off.shape[1]
+  hit = jnp.take_along_axis(off, jnp.clip(turn_index, 0, t - 1), axis=1) & (turn_index >= 0)
+  return jnp.where(hit, 0.0, loss_mask)

@@ -138,6 +138,7 @@ def base_config() -> mlc.ConfigDict:
       coef=0.0,  # > 0 turns on-policy distillation on
       mode="loss",  # loss (sampled reverse KL) | advantage (coef * (logpT - logp) per token)
       task_advantages=True,  # False: pure distillation, the RL advantages are dropped
+      intervene=0.0,  # > 0: the teacher takes over turns it finds this unlikely (nats/token)
   ))
   # TRIAL-style hindsight teacher (agent_rl.train.hindsight): the policy itself, its context
   # holding the env's privileged text, scores the sampled tokens; the log-prob gap reweights
@@ -232,14 +233,8 @@ def validate(c: mlc.ConfigDict) -> None:
        f"must be expert|route_agreement, got {c.sft.get('plans')!r}")
   need(c.loss.kl_coef >= 0 and c.loss.kl_in_reward >= 0, "loss.kl_coef",
        "KL coefficients must be >= 0")
-  need(c.distill.mode in ("loss", "advantage"), "distill.mode",
-       f"must be loss|advantage, got {c.distill.mode!r}")
-  need(c.distill.coef >= 0, "distill.coef", f"must be >= 0, got {c.distill.coef}")
-  if c.distill.coef > 0:
-    import os
-    need(bool(c.distill.teacher), "distill.teacher", "coef > 0 needs a teacher run directory")
-    need(os.path.isfile(os.path.join(c.distill.teacher, "config.json")), "distill.teacher",
-         f"{c.distill.teacher!r} is not an agent_rl run directory (no config.json)")
+  from agent_rl.train import teacher
+  teacher.validate(c, need)
   if c.sft.world_model:
     from agent_rl.data.world_model import STATE_TEXT
     need(c.env.name in STATE_TEXT, "sft.world_model",

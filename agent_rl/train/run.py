@@ -32,6 +32,8 @@ from agent_rl.rollout.strategies import STRATEGIES
 from agent_rl.train import hindsight, lora_learner, phases, pretrained, sft
 from agent_rl.train.checkpoint import RunCheckpoint
 from agent_rl.train.config import validate
+from agent_rl.train import teacher as teacher_lib
+from agent_rl.train.teacher import uses_teacher
 from agent_rl.train.metrics import MetricWriter
 from agent_rl.train.optim import make_optimizer
 from agent_rl.train.phases import Preempted, SimulatedKill  # noqa: F401 (re-exported)
@@ -49,7 +51,7 @@ def run(c: mlc.ConfigDict, workdir: str, *, kill_after: int | None = None) -> di
   """
   validate(c)
   _check_workdir(workdir)
-  if c.distill.coef > 0 and not c.tokenizer.path:  # the student speaks the teacher's tokens
+  if uses_teacher(c) and not c.tokenizer.path:  # the student speaks the teacher's tokens
     c = c.copy_and_resolve_references()
     c.tokenizer.path = pretrained.run_tokenizer_path(c.distill.teacher)
   pretrained.save_run_config(c, workdir)
@@ -106,8 +108,14 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   # A host env (envs/host/) drives its own loop: the worker pool, two halves in flight.
   host_runner = getattr(setup.env, "runner", None)
   roll_cfg = strategy.configure(ecfg, **strat_kw)
-  roll_fn = (host_runner(policy, roll_cfg, setup.pieces) if host_runner is not None else
-             make_rollout(policy, setup.env, roll_cfg, setup.pieces))
+  teacher = teacher_lib.load(c, setup, place)
+  if host_runner is not None:
+    roll_fn = host_runner(policy, roll_cfg, setup.pieces)
+  elif c.distill.intervene > 0:  # the teacher may take over turns (rollout/intervene.py)
+    roll_fn = teacher_lib.rollout_with_interventions(c, policy, setup.env, roll_cfg,
+                                                     setup.pieces, teacher)
+  else:
+    roll_fn = make_rollout(policy, setup.env, roll_cfg, setup.pieces)
   # What the credit kernel reads must exist before anything compiles (kernel, input, env).
   needs = credit_lib.check_inputs(c.credit.name, dict(c.credit.kwargs), env=setup.env,
                                   env_name=c.env.name, critic=c.model.critic != "none",
@@ -134,13 +142,6 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   sft_loss = sft.make_sft_loss(apply_fn)
   if setup.model_cfg.lora is not None:  # no base-weight gradients are computed at all
     rl_loss, sft_loss = lora_learner.frozen_loss(rl_loss), lora_learner.frozen_loss(sft_loss)
-  teacher = None
-  if c.distill.coef > 0:
-    from agent_rl.agents.config import teacher_mode
-    mode = teacher_mode(pretrained.run_agents(c.distill.teacher), setup.agents,
-                        "config.distill.teacher")
-    t = pretrained.load_run_policy(c.distill.teacher, setup.model_cfg.vocab_size, place)
-    teacher = (t.lm_graphdef, t.params, mode)
   reward_model = None
   if c.reward.model:  # a frozen reward model scores each rollout (agent_rl.reward.use)
     from agent_rl.reward.use import load_for_rl
@@ -164,7 +165,9 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
       sft_step=jit_step(make_train_step(sft_loss, sft_opt), spec, sft_opt),
       credit_fn=credit_fn, roll_fn=roll_fn, baseline_fn=baseline_fn, strategy=strategy,
       strategy_kwargs=strat_kw,
-      uses_reference=uses_reference(c), teacher=teacher, reward_model=reward_model, ckpt=ckpt,
+      uses_reference=uses_reference(c),
+      teacher=teacher[:3] if teacher is not None and c.distill.coef > 0 else None,
+      reward_model=reward_model, ckpt=ckpt,
       writer=MetricWriter.from_config(c, workdir), kill_after=kill_after,
       eval_envs=eval_variants(c, setup), counterparts=counterparts.load(c, setup, place))
 

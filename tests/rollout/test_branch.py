@@ -94,6 +94,7 @@ def test_bad_settings_name_the_field():
     validate(c)
 
 
+@pytest.mark.slow  # CI runs branching in a run through tests/train/test_distill.py
 def test_a_run_trains_on_branched_groups(tmp_path):
   """GRPO on branched groups end to end (credit, loss, metrics): 2 iterations."""
   from agent_rl.metrics.sinks import read_jsonl

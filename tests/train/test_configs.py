@@ -37,6 +37,9 @@ VARIANTS = {"ragen_sokoban": ["tiny", "tiny,ppo,kl_reward", "tiny,starpo_s,kl"],
             "gated_bepo_sokoban": ["tiny"],
             # Hera (issue 22 §3): a router over frozen workers on the route env.
             "hera_sokoban": ["tiny", "tiny,always_cloud"],
+            # FutureBridge-OPD (issue 22 §3): its arms need the teacher run (distill.teacher);
+            # at test scale they run in tests/train/test_distill.py (interventions, branches).
+            "futurebridge_sokoban": ["tiny,teacher"],
             # A reward-model run has its own entry point (agent_rl.reward.train): tests/reward.
             "reward_model": []}
 # Budget: each world config costs ~1 min here (tokenizer corpus along solver plans, long
@@ -72,7 +75,9 @@ SLOW = {"gigpo_texthouse:tiny", "gigpo_minishop:tiny", "beacon_texthouse:tiny",
         # and validated by tests/eval/test_reproduce.py).
         "rewardflow_sokoban:tiny", "graphgpo_sokoban:tiny", "gated_bepo_sokoban:tiny",
         # Hera's pipeline runs in CI at test scale in tests/agents/test_hera.py.
-        "hera_sokoban:tiny", "hera_sokoban:tiny,always_cloud"}
+        "hera_sokoban:tiny", "hera_sokoban:tiny,always_cloud",
+        # The teacher's SFT run is ragen_sokoban's SFT phase with a bigger model.
+        "futurebridge_sokoban:tiny,teacher"}
 CASES = [pytest.param(p, a, id=f"{os.path.basename(p)[:-3]}:{a}",
                       marks=[pytest.mark.slow] if f"{os.path.basename(p)[:-3]}:{a}" in SLOW else [])
          for p in CONFIGS for a in VARIANTS.get(os.path.basename(p)[:-3], ["tiny"])]

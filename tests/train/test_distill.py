@@ -160,3 +160,33 @@ def test_init_from_run_and_hf(tmp_path):
     transformers.Qwen2ForCausalLM(hf).save_pretrained(path)
     with pytest.raises(ValueError, match="intermediate=128"):
       pretrained.init_from(c, mcfg, place)
+
+
+def test_interventions_and_branches_in_a_run_and_their_settings(tmp_path):
+  """FutureBridge-OPD's pieces in a run: a bigger teacher run, then a student with windowed
+  history, distillation, teacher interventions and branched groups: the teacher takes over
+  some turns (rollout/teacher_turns), groups branch, the loss is finite; bad settings name
+  `distill.intervene`."""
+  from agent_rl.train.config import validate
+  teacher = str(tmp_path / "teacher")
+  t = tiny_config(iterations=0, sft_steps=20)
+  t.model.hidden, t.model.num_layers, t.model.intermediate = 48, 2, 96
+  run(t, teacher)
+  c = tiny_config(iterations=2, ckpt_every=2)
+  c.rollout.history, c.rollout.window_turns, c.rollout.max_turns = "windowed", 1, 3
+  c.rollout.group_size = 3
+  c.rollout.strategy, c.rollout.strategy_kwargs = "branch", {"min_turn": 1, "max_turn": 2}
+  c.distill.teacher, c.distill.coef, c.distill.intervene = teacher, 1.0, 0.05
+  student = str(tmp_path / "student")
+  run(c, student)
+  recs = [r for r in _records(student) if "rollout/teacher_turns" in r]
+  assert len(recs) == 2 and sum(r["rollout/teacher_turns"] for r in recs) > 0
+  assert all(np.isfinite(r["loss/total"]) for r in recs)
+  assert sum(r["rollout/branched_episodes"] for r in recs) > 0
+  bad = tiny_config()
+  bad.distill.teacher, bad.distill.intervene = teacher, 0.5
+  with pytest.raises(ValueError, match=r"distill.intervene.*windowed"):
+    validate(bad)  # concatenated history
+  bad.distill.teacher = ""
+  with pytest.raises(ValueError, match=r"distill.teacher.*intervene > 0 needs a teacher"):
+    validate(bad)

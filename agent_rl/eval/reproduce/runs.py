@@ -188,7 +188,8 @@ def check_same_config(c, workdir: str) -> None:
     return
   saved = _flat(json.loads(path.read_text()))
   want = _flat(json.loads(c.to_json_best_effort()))
-  if want.get("distill.coef", 0) > 0 and not want.get("tokenizer.path"):
+  if ((want.get("distill.coef", 0) > 0 or want.get("distill.intervene", 0) > 0)
+      and not want.get("tokenizer.path")):
     want.pop("tokenizer.path")  # run() fills it with the teacher's tokenizer before saving
   bad = sorted(k for k in want if k in saved and saved[k] != want[k])
   if bad:
