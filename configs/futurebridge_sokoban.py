@@ -17,18 +17,12 @@ changes, both in the compiled loop:
   acts that turn instead; its turns leave the loss, the student's later turns (from the state
   the teacher bridged to) are distilled as usual.
 
-  # 1. the student's warm start (15 SFT steps) and the teacher (150 SFT steps): the Hera
-  #    workers' runs (configs/hera_sokoban.py's recipe), both reading the board only
-  python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny --workdir=runs/hera_device \\
-      --config.train.iterations=0 --config.sft.steps=15 --config.rollout.history=windowed \\
-      --config.rollout.window_turns=0
-  python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny --workdir=runs/hera_cloud \\
-      --config.train.iterations=0 --config.sft.steps=150 --config.rollout.history=windowed \\
-      --config.rollout.window_turns=0 --config.tokenizer.path=runs/hera_device/tokenizer.model
+  # 1. the student (15 SFT steps) and the teacher (150 SFT steps) are the Hera workers:
+  #    runs/hera_device and runs/hera_cloud, made by configs/hera_sokoban.py's recipe
   # 2. both arms x 3 seeds
   python launch/reproduce.py --paper=futurebridge_sokoban --scale=tiny --seeds=3
   # a bigger teacher (hidden 192, 4 layers: ~4x the student's compute, 300 SFT steps), then
-  # --set=distill.teacher=runs/fb_teacher
+  # --set=distill.teacher=runs/fb_teacher (and another --results_dir)
   python -m agent_rl.train --config=configs/futurebridge_sokoban.py:tiny,teacher \\
       --workdir=runs/fb_teacher --config.tokenizer.path=runs/hera_device/tokenizer.model
   variants: opd (vanilla OPD: no branching, no interventions) | teacher (the bigger teacher's
@@ -43,7 +37,15 @@ trained 150 steps, so it is not the row's teacher until a better recipe for it i
 Both read the board only (windowed history, 0 past turns), like the Hera workers.
 Paper numbers: none reachable; expected direction: FutureBridge-OPD >= OPD on held-out
 success (the teacher's interventions keep the student's late-turn states on a winning path,
-branching spends the rollout budget there). Measured so far: see the README ("Not yet").
+branching spends the rollout budget there).
+Measured (tiny, 3 seeds, 2026-12-03, benchmarks/results/reproduce/futurebridge_sokoban.md; 20
+iterations of 8 tasks x 8, ~8 min a run, two at once): no difference. Held-out greedy success
+FutureBridge-OPD 0.125 (0.172, 0.109, 0.094) vs OPD 0.120 (0.109, 0.125, 0.125), +0.005
+[-0.092, +0.102]; avg@4 0.270 vs 0.270. Neither arm moves the student much from its 0.109 start
+in 20 iterations of pure distillation at lr 2e-4. The teacher took over 30-60 of the ~500
+student turns an iteration (6-12%, rising over training), and the branched arm's sampled
+reverse KL on the student's own turns is lower (0.06-0.15 vs 0.23-0.38: the hardest turns are
+the teacher's and leave the loss), which is not a better student at this scale.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
