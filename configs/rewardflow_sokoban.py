@@ -29,10 +29,14 @@ The three arms differ only in `config.credit`. Sokoban revisits states within a 
 Paper numbers (arXiv abstract, verified): "+6.2% average success rate on text-based tasks"
 (ALFWorld, WebShop) and +29.7% on visual Sokoban over the strongest baseline (GiGPO among
 them), across three model scales; no per-arm Sokoban-text numbers are held here, so the row
-states the direction only (RewardFlow > GiGPO > GRPO). **Not measured yet at tiny scale**:
-`launch/reproduce.py --paper=rewardflow_sokoban --seeds=3` runs the 9 runs (~18 min each on
-the 2-core VM, two at once; baselines identical to another graph-credit row's are reused,
-not re-run: see the README's "Reproductions").
+states the direction only (RewardFlow > GiGPO > GRPO).
+Measured (tiny, 3 seeds, 2026-12-03, `launch/reproduce.py --paper=rewardflow_sokoban
+--seeds=3`, benchmarks/results/reproduce/rewardflow_sokoban.md; ~4 min a run on a quiet VM, two
+at once; the GRPO arm is prm_sokoban's outcome runs, reused): the direction does NOT show.
+Held-out greedy success RewardFlow 0.479 (0.469, 0.484, 0.484) vs GiGPO 0.484 and GRPO 0.484
+(every seed), -0.005 [-0.028, +0.017] against each; avg@4 0.477 vs 0.480 / 0.482. All three
+arms end where 30 RL iterations take any credit from the 0.4375 policy run (prm_sokoban's
+docstring: RL adds ~+0.04 here), so there is little for credit to separate.
 """
 from agent_rl.train.world_defaults import GRAPH_ARMS, graph_credit_comparison, graph_credit_config
 
