@@ -29,7 +29,12 @@ Paper numbers (arXiv abstract and summary, verified as to direction only): Graph
 "significant success rate gains"; its motivation measures that 22.0% of the steps of failed
 ALFWorld trajectories make progress and 65.3% of the steps of successful ones do not. No
 per-arm numbers are held here: the row states the direction (GraphGPO > GiGPO > GRPO).
-**Not measured yet at tiny scale** (`launch/reproduce.py --paper=graphgpo_sokoban --seeds=3`).
+Measured (tiny, 3 seeds, 2026-12-03, `launch/reproduce.py --paper=graphgpo_sokoban
+--seeds=3`, benchmarks/results/reproduce/graphgpo_sokoban.md; the GiGPO and GRPO arms are
+rewardflow_sokoban's and prm_sokoban's runs, reused): no difference at this scale. Held-out
+greedy success GraphGPO 0.490 (0.500, 0.484, 0.484) vs 0.484 for both baselines, +0.005
+[-0.017, +0.028]; avg@4 0.475 vs 0.480 / 0.482, -0.005 / -0.007 (n.s.): every arm ends at the
+40-step policy run's level plus RL's ~+0.04 (prm_sokoban's docstring).
 """
 from agent_rl.train.world_defaults import GRAPH_ARMS, graph_credit_comparison, graph_credit_config
 
