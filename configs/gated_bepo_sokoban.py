@@ -24,7 +24,12 @@ Regime: prm_sokoban's (see configs/rewardflow_sokoban.py); the arms differ only 
 Paper numbers: none held (the abstract was read for the method in an earlier session and
 is not reachable now; its benchmarks are not recorded here), so the row states the design's
 expected direction (Gated-BEPO > GiGPO > GRPO) as a claim to test, not a paper's result.
-**Not measured yet at tiny scale** (`launch/reproduce.py --paper=gated_bepo_sokoban --seeds=3`).
+Measured (tiny, 3 seeds, 2026-12-03, `launch/reproduce.py --paper=gated_bepo_sokoban
+--seeds=3`, benchmarks/results/reproduce/gated_bepo_sokoban.md; GiGPO and GRPO arms reused):
+the expected sign, not significant. Held-out greedy success Gated-BEPO 0.516 (0.547, 0.484,
+0.516) vs 0.484 for both baselines, +0.031 [-0.046, +0.109]; avg@4 0.491 vs 0.480 / 0.482,
++0.010 [-0.007, +0.027] / +0.009 [-0.009, +0.028]. The only graph-credit arm above the
+baselines' 0.484 in any seed, at a spread 3 seeds cannot separate from noise.
 """
 from agent_rl.train.world_defaults import GRAPH_ARMS, graph_credit_comparison, graph_credit_config
 
