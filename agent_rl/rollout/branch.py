@@ -24,6 +24,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from agent_rl.rollout.carry import map_rows
+
 _SALT = 0xB4A9C4  # the branch-turn draw's stream, apart from the sampling keys' turns
 
 
@@ -55,8 +57,7 @@ def branch(c, t, turns: jax.Array, group_size: int):
   root = idx - idx % group_size
   copy = (turns == t) & c.alive[root] & (idx != root)
   rows = jnp.where(copy, root, idx)
-  take = lambda x: jnp.take(x, rows, axis=0) if (x.ndim >= 1 and x.shape[0] == n) else x
-  out = jax.tree.map(take, c)
+  out = map_rows(c, n, lambda x: jnp.take(x, rows, axis=0))
   return out.replace(sample_keys=c.sample_keys,
                      shared_turns=jnp.where(copy, jnp.asarray(t, jnp.int32), c.shared_turns))
 

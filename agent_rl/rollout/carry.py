@@ -86,6 +86,12 @@ class EpisodeCarry:
   layout: Any                 # the history layout's own state (history.py)
 
 
+def map_rows(tree: Any, n: int, fn) -> Any:
+  """Applies `fn` to every leaf with a leading episode axis of size n (scalars pass): how TSR
+  clones and selects candidates and how a branch copies its root (search.py, branch.py)."""
+  return jax.tree.map(lambda x: fn(x) if (x.ndim >= 1 and x.shape[0] == n) else x, tree)
+
+
 def extra_columns(info: Mapping[str, Any], n: int,
                   reward_names: Optional[Sequence[str]] = None) -> dict[str, tuple]:
   """`{extra name: (info key, term index or None, dtype)}` of a batched info `[N, ...]`.

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from agent_rl.registry import Registry
+from agent_rl.rollout.carry import map_rows
 from agent_rl.rollout.episode import SearchConfig
 
 HEURISTICS = Registry("search heuristic")
@@ -53,14 +54,9 @@ def heuristic_fn(heuristic, env):
   return HEURISTICS.get(heuristic)(env)
 
 
-def _rows(tree, n: int, fn):
-  """Applies `fn` to every leaf with a leading episode axis of size n (scalars pass)."""
-  return jax.tree.map(lambda x: fn(x) if (x.ndim >= 1 and x.shape[0] == n) else x, tree)
-
-
 def expand(carry: Any, n: int, k: int):
   """Clones each of the n rows k times: row i*k + c is candidate c of row i."""
-  return _rows(carry, n, lambda x: jnp.repeat(x, k, axis=0)), jnp.tile(jnp.arange(k), n)
+  return map_rows(carry, n, lambda x: jnp.repeat(x, k, axis=0)), jnp.tile(jnp.arange(k), n)
 
 
 def select(carry: Any, turn_reward: jax.Array, was_alive: jax.Array, n: int, group_size: int,
@@ -84,7 +80,7 @@ def select(carry: Any, turn_reward: jax.Array, was_alive: jax.Array, n: int, gro
         jax.vmap(jax.random.fold_in, (0, None))(keys, t), jnp.full((n,), 0x5E1EC7, jnp.uint32))
     pick = jitrl.select(q.reshape(n, k), was_alive.reshape(n, k), draw, cfg.beta)
     rows = jnp.arange(n) * k + pick
-    return _rows(carry, n * k, lambda x: jnp.take(x, rows, axis=0)), rows
+    return map_rows(carry, n * k, lambda x: jnp.take(x, rows, axis=0)), rows
   bonus = 0.0
   heuristic = heuristic_fn(cfg.heuristic, env)
   if heuristic is not None:
@@ -102,4 +98,4 @@ def select(carry: Any, turn_reward: jax.Array, was_alive: jax.Array, n: int, gro
     per_group = score.reshape(n // g, g * k)
     _, idx = jax.lax.top_k(per_group, g)  # ties -> lower index (stable)
     rows = (jnp.arange(n // g)[:, None] * g * k + idx).reshape(n)
-  return _rows(carry, n * k, lambda x: jnp.take(x, rows, axis=0)), rows
+  return map_rows(carry, n * k, lambda x: jnp.take(x, rows, axis=0)), rows
