@@ -19,8 +19,10 @@ from agent_rl.train.config import scaled_config
 VARIANTS = dict(dapo=False, grpo=False)
 COMPARISON = Comparison(  # both papers report math benchmarks, not Countdown: directions only
     arms={"Dr.GRPO": "", "GRPO": "grpo", "DAPO": "dapo"}, method="Dr.GRPO",
-    baselines=("GRPO", "DAPO"), metrics=("eval/success", "eval/reward"),
-    claims={"DAPO": 0},  # neither paper compares Dr.GRPO with DAPO
+    baselines=("GRPO", "DAPO"), metrics=("eval/success", "eval/reward", "rollout/gen_tokens"),
+    # Dr.GRPO claims GRPO's accuracy with fewer generated tokens (its length bias removed),
+    # not an accuracy gain; neither paper compares Dr.GRPO with DAPO.
+    claims={"GRPO": {"eval/success": 0, "eval/reward": 0, "rollout/gen_tokens": -1}, "DAPO": 0},
     paper_source="Dr.GRPO (arXiv:2503.20783): unbiased, as accurate as GRPO with fewer tokens; "
                  "DAPO (arXiv:2503.14476): AIME 50 vs naive GRPO 30 (Qwen2.5-32B) [recalled]",
     paper_verified=False, setting="Countdown, 3 numbers")

@@ -5,8 +5,21 @@ GiGPO adds a step-level advantage from anchor-state groups (turns of the G episo
 task that start in the same state) to GRPO's episode-level advantage: A = A^E + w * A^S,
 gamma = 0.95, mean_norm, invalid-action penalty 0.1.
 
-  python -m agent_rl.train --config=configs/gigpo_sokoban.py:tiny --workdir=/tmp/gigpo
-  python -m agent_rl.train --config=configs/gigpo_sokoban.py:tiny,grpo --workdir=/tmp/grpo
+  # the policy run every Sokoban credit row starts from (once), then the row
+  python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny --workdir=runs/sokoban_sft40 \
+      --config.train.iterations=0 --config.sft.steps=40
+  python launch/reproduce.py --paper=gigpo_sokoban --scale=tiny --seeds=3
+  # one arm by hand (variants: grpo | rloo | ppo, the baselines)
+  python -m agent_rl.train --config=configs/gigpo_sokoban.py:tiny --workdir=/tmp/gigpo \
+      --config.model.init_from=runs/sokoban_sft40 \
+      --config.tokenizer.path=runs/sokoban_sft40/tokenizer.model
+
+Regime (issue 22 §2: RL, not the warm start, must carry the learning): the graph-credit rows'
+(configs/rewardflow_sokoban.py): the policy after 40 SFT steps (held-out greedy success ~0.44
+against a ~0.9 ceiling), then 30 RL iterations of 16 tasks x 8 with the clip-higher PPO loss; no
+SFT phase in this config, so a tiny run without `init_from` trains from scratch (the config
+tests do). The arms differ only in `config.credit` (and PPO's critic: a value head on the
+policy trunk, GAE with gamma 0.95). The GiGPO and GRPO arms are the graph-credit rows' runs.
 
 `full` fine-tunes a downloaded Qwen2.5-1.5B-Instruct (the paper's smaller policy); model
 config, tokenizer and chat template come from the directory (`tokenizer.path` empty):
@@ -33,31 +46,22 @@ here (no accelerator).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
+from agent_rl.train.world_defaults import (SOKOBAN_SFT40_OVERRIDES, gigpo_or_baseline,
+                                           sokoban_from_policy_run)
 
-VARIANTS = dict(grpo=False)
+VARIANTS = dict(grpo=False, rloo=False, ppo=False)
 COMPARISON = Comparison(  # the paper reports no Sokoban numbers we hold: direction only
-    arms={"GiGPO": "", "GRPO": "grpo"}, method="GiGPO", baselines=("GRPO",),
-    metrics=("eval/success", "eval/avg@4"),
-    paper_source="GiGPO (arXiv:2505.10978): GiGPO > GRPO on Sokoban/ALFWorld/WebShop [G]",
-    paper_verified=False, setting="Sokoban 6x6, 1 box")
+    arms={"GiGPO": "", "GRPO": "grpo", "RLOO": "rloo", "PPO": "ppo"}, method="GiGPO",
+    baselines=("GRPO", "RLOO", "PPO"), metrics=("eval/success", "eval/avg@4"),
+    overrides=SOKOBAN_SFT40_OVERRIDES,
+    paper_source="GiGPO (arXiv:2505.10978): GiGPO > GRPO, RLOO, PPO on Sokoban/ALFWorld/WebShop [G]",
+    paper_verified=False, setting="Sokoban 6x6, 1 box, from a 40-step SFT policy run")
 
 
 def get_config(arg: str | None = None):
   c, args = scaled_config(arg, VARIANTS)
-  c.env.name = "sokoban"
-  c.env.kwargs.dim_room = (6, 6)
-  c.env.kwargs.num_boxes = 1
-  c.env.kwargs.max_steps = 10
-  c.loss.name = "vanilla"
-  c.loss.kwargs.clip_ratio_low = 0.2
-  c.loss.kwargs.clip_ratio_high = 0.28
-  if "grpo" in args:
-    c.credit.name = "grpo"
-  else:
-    c.credit.name = "gigpo"
-    c.credit.kwargs.gamma = 0.95
-    c.credit.kwargs.step_weight = 1.0
-    c.credit.kwargs.norm = "mean_norm"
+  sokoban_from_policy_run(c)
+  gigpo_or_baseline(c, args)
   if c.scale == "full":
     c.model.preset = "qwen2.5-1.5b"  # the shape when no init_from is given
     c.model.dtype, c.model.param_dtype = "bfloat16", "float32"

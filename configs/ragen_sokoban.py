@@ -35,11 +35,15 @@ Expected results:
         0.75 after 100 SFT steps on 256 solver demos -> 0.78 after 30 RL iterations
         (avg@4 0.70 -> 0.77); measured 2026-11-30, see README. 10% of the tasks need more
         than 5 moves, so 0.90 is the ceiling at 5 turns x 1 action.
+  row   (`python launch/reproduce.py --paper=ragen_sokoban --seeds=3`): the arms start from
+        the 40-step SFT policy run (runs/sokoban_sft40, configs/rewardflow_sokoban.py says how
+        to make it; held-out success ~0.44) with no SFT phase, so RL carries the learning.
   full  (one 80 GB GPU or a v5e-8): RAGEN reports ~0.2-0.3 success for 0.5B StarPO on
         Sokoban; not reproduced here (no accelerator in CI).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
+from agent_rl.train.world_defaults import SOKOBAN_SFT40_OVERRIDES
 
 VARIANTS = dict(ppo=False, starpo_s=False, kl=False, kl_reward=False)
 COMPARISON = Comparison(  # RAGEN's StarPO variants; numbers as in the docstring [R]
@@ -48,7 +52,10 @@ COMPARISON = Comparison(  # RAGEN's StarPO variants; numbers as in the docstring
     claims={"PPO": 0},  # StarPO-S is claimed over StarPO; vs the PPO (critic) arm we hold none
     paper_source="RAGEN (arXiv:2504.20073): ~0.2-0.3 success for 0.5B StarPO on Sokoban; "
                  "StarPO-S (variance filtering) more stable and better than StarPO [R]",
-    paper_verified=False, setting="Sokoban 6x6, 1 box")
+    # The row's regime (issue 22 §2): RL from the 40-step SFT policy run, not from this tiny
+    # config's 100 SFT steps (0.75 of a ~0.9 ceiling leaves RL nothing to separate arms by).
+    overrides={**SOKOBAN_SFT40_OVERRIDES, "sft.steps": "0"},
+    paper_verified=False, setting="Sokoban 6x6, 1 box, from a 40-step SFT policy run")
 
 
 def get_config(arg: str | None = None):

@@ -119,13 +119,33 @@ def top_keys_few(key: jax.Array, k: int) -> jax.Array:
   return jnp.stack(out).astype(jnp.int32)
 
 
+BLOCK = 128  # documents per block of `rank`'s two-level selection
+
+
 def rank(scores: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
   """Top-k of fixed-point `scores [P] int32`: `(results [k] int32 (-1 past n), n int32)`,
-  descending score, ties to the lower index, zero scores dropped."""
+  descending score, ties to the lower index, zero scores dropped.
+
+  When P is a multiple of BLOCK with more than k blocks (`sparse_index` pads its collection
+  so), two levels: the max score of each block (one pass over P, no key arithmetic: on CPU at
+  batch 1,024 x 10^4 documents the key formation alone cost ~8x the pass), the k best blocks
+  by (max, lower block first), then the exact top k of their k x BLOCK documents. The k best
+  documents lie in those blocks: a document outside them is beaten by the best document of
+  each of k blocks. Otherwise one level over all P keys."""
   p = scores.shape[0]
   bits = key_bits(p)
-  key = (scores << bits) + ((1 << bits) - 1 - jnp.arange(p, dtype=jnp.int32))
-  top = top_keys_few(key, k) if k <= 8 else top_keys(key, k)
+  if k <= 8 and p % BLOCK == 0 and p // BLOCK > k:
+    nb = p // BLOCK
+    blocks = scores.reshape(nb, BLOCK)
+    bbits = key_bits(nb)
+    bkey = (jnp.max(blocks, axis=1) << bbits) + ((1 << bbits) - 1 - jnp.arange(nb, dtype=jnp.int32))
+    best = (1 << bbits) - 1 - (top_keys_few(bkey, k) & ((1 << bbits) - 1))        # [k] blocks
+    doc = (best[:, None] * BLOCK + jnp.arange(BLOCK, dtype=jnp.int32)[None, :]).reshape(-1)
+    key = (blocks[best].reshape(-1) << bits) + ((1 << bits) - 1 - doc)
+    top = top_keys_few(key, k)
+  else:
+    key = (scores << bits) + ((1 << bits) - 1 - jnp.arange(p, dtype=jnp.int32))
+    top = top_keys_few(key, k) if k <= 8 else top_keys(key, k)
   idx = (1 << bits) - 1 - (top & ((1 << bits) - 1))
   keep = (top >> bits) > 0
   return jnp.where(keep, idx, -1).astype(jnp.int32), jnp.sum(keep, dtype=jnp.int32)
@@ -133,7 +153,8 @@ def rank(scores: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
 
 @struct.dataclass
 class SparseIndex:
-  """head: `[H, P] int32` dense rows of the frequent terms; head_row: `[T] int32` row of each
+  """head: `[H, P] int32` dense rows of the frequent terms (P: the documents padded to whole
+  blocks of `rank`); head_row: `[T] int32` row of each
   term in head (-1: in the postings); post_doc / post_w: `[T, D] int32` postings (document,
   weight; doc = P pads). Weights in fixed point, `scale` units per point."""
   head: jax.Array
@@ -151,7 +172,8 @@ def sparse_index(docs: Sequence[Sequence[str]], k1: float, b: float, *, max_word
                  max_postings: int = 64) -> tuple[tuple[str, ...], SparseIndex]:
   """`(terms, index)` of tokenized documents (numpy arrays; the scale fits `max_words`)."""
   terms, rows = doc_weights(docs, k1, b)
-  p = len(docs)
+  # Padded with empty documents (never results: they score 0) to whole blocks for `rank`.
+  p = -(-len(docs) // BLOCK) * BLOCK
   scale = max_scale(max(max(r.values()) for r in rows), p, max_words)
   head_terms = [i for i, r in enumerate(rows) if len(r) > max_postings]
   d = max([len(r) for r in rows if len(r) <= max_postings] + [1])

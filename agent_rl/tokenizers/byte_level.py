@@ -7,6 +7,8 @@ bytes.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from agent_rl.tokenizers.train import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
@@ -27,16 +29,18 @@ class ByteTokenizer:
       raise KeyError(f"unknown special token {name!r}; known: {', '.join(SPECIAL_TOKENS)}") from None
 
   def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-    out, i = [], 0
-    while i < len(text):
-      for j, s in enumerate(SPECIAL_TOKENS):
-        if text.startswith(s, i):
-          out.append(4 + j)
-          i += len(s)
-          break
-      else:
-        out.extend(self._BASE + b for b in text[i].encode("utf-8"))
-        i += 1
+    """The special tokens' ids where their strings occur (at each position the first of
+    SPECIAL_TOKENS that matches, left to right), each other character's UTF-8 bytes."""
+    if not isinstance(text, str):
+      raise TypeError(f"encode expects str, got {type(text).__name__}")
+    out, pos = [], 0
+    for m in _SPECIAL.finditer(text):  # runs of plain text as one array op each
+      out += (np.frombuffer(text[pos:m.start()].encode("utf-8"), np.uint8).astype(np.int64)
+              + self._BASE).tolist()
+      out.append(4 + _SPECIAL_ID[m.group()])
+      pos = m.end()
+    out += (np.frombuffer(text[pos:].encode("utf-8"), np.uint8).astype(np.int64)
+            + self._BASE).tolist()
     return ([self.bos_id] if add_bos else []) + out + ([self.eos_id] if add_eos else [])
 
   def decode(self, ids) -> str:
@@ -48,6 +52,10 @@ class ByteTokenizer:
     return _TABLE.copy(), _LENGTHS.copy()
 
 
+# Alternatives in SPECIAL_TOKENS order: at a position the regex tries them in that order, as
+# the character loop this replaced did (a Python loop per character was a toy game's env time).
+_SPECIAL = re.compile("|".join(re.escape(t) for t in SPECIAL_TOKENS))
+_SPECIAL_ID = {t: j for j, t in reversed(list(enumerate(SPECIAL_TOKENS)))}
 # Surface bytes of every id, built once: decode runs per observation in host envs (host/), and
 # rebuilding the table per call was most of a toy game's env time there.
 _ROWS = tuple([b""] * 4 + [s.encode() for s in SPECIAL_TOKENS] + [bytes([b]) for b in range(256)])

@@ -198,3 +198,36 @@ def test_soft_vocab_limit(tmp_path):
   t = Tokenizer.load(path)
   assert 4 + 11 + 256 < t.vocab_size < 2000
   assert t.decode(t.encode("hello\n  world")) == "hello\n  world"
+
+
+def _byte_encode_loop(text: str) -> list[int]:
+  """ByteTokenizer's rule as a character loop: at each position the first special token of
+  SPECIAL_TOKENS that starts there, else the character's UTF-8 bytes."""
+  from agent_rl.tokenizers import ByteTokenizer
+  out, i = [], 0
+  while i < len(text):
+    for j, s in enumerate(SPECIAL_TOKENS):
+      if text.startswith(s, i):
+        out.append(4 + j)
+        i += len(s)
+        break
+    else:
+      out.extend(ByteTokenizer._BASE + b for b in text[i].encode("utf-8"))
+      i += 1
+  return out
+
+
+_PIECES = st.sampled_from(["a", "<", "|", ">", "/", " ", "\n", "é", "日", *SPECIAL_TOKENS,
+                           *[s[:-1] for s in SPECIAL_TOKENS], *[s[1:] for s in SPECIAL_TOKENS]])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES, max_size=30).map("".join))
+def test_byte_tokenizer_encode_matches_the_character_loop(text):
+  from agent_rl.tokenizers import ByteTokenizer
+  tok = ByteTokenizer()
+  ids = tok.encode(text, add_bos=True, add_eos=True)
+  assert ids == [BOS_ID] + _byte_encode_loop(text) + [EOS_ID]
+  assert tok.decode(ids) == text
+  with pytest.raises(TypeError, match="str"):
+    tok.encode(b"bytes")

@@ -33,6 +33,7 @@ exactly from the run seed (exact resume). Group members reset their own game wit
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any, Optional, Sequence
 
 import jax
@@ -143,7 +144,9 @@ class TextHostEnv:
     self.role_reward_terms = self.agents.role_reward_terms
     self.instruction = (roles_instruction(pool.instruction, self.roles) if self.roles else
                         pool.instruction)
-    self.stats = dict(obs_truncated=0, invalid_actions=0, failed_steps=0)
+    # tokenize_s: seconds spent in this process decoding actions and encoding observations
+    # (benchmarks/host_envs.py reports its share of a turn: whether it belongs in the workers)
+    self.stats = dict(obs_truncated=0, invalid_actions=0, failed_steps=0, tokenize_s=0.0)
     self._last: list = []   # per row: the GameObs the agent last saw
     self._hash: list = []   # per row: its state hash
     self._next: list = []   # per row: the agent that acts next (reads the observation)
@@ -248,8 +251,10 @@ class TextHostEnv:
     rows = [int(r) for r in rows]
     a_tok, a_len, on = np.asarray(action_tokens), np.asarray(action_length), np.asarray(active)
     commands: list = []
-    for k, r in enumerate(rows):
-      text = self.tokenizer.decode([int(t) for t in a_tok[k, :int(a_len[k])]]) if on[k] else ""
+    t0 = time.perf_counter()
+    texts = [self.tokenizer.decode(a_tok[k, :int(a_len[k])]) if on[k] else "" for k in range(len(rows))]
+    self.stats["tokenize_s"] += time.perf_counter() - t0
+    for k, text in enumerate(texts):
       commands.append(self.parse(text, self.max_answer_bytes) if on[k] else None)
     items = [(r, c) for r, c, a in zip(rows, commands, on)
              if a and c is not None and r not in self._dead]
@@ -337,6 +342,7 @@ class TextHostEnv:
 
   def _tokenize(self, texts: Sequence[str]):
     """tokens [n, obs_len] int32 (pad_id after the length), length [n], truncated [n]."""
+    t0 = time.perf_counter()
     tok = np.full((len(texts), self.obs_len), self.tokenizer.pad_id, np.int32)
     length = np.zeros((len(texts),), np.int32)
     trunc = np.zeros((len(texts),), bool)
@@ -346,6 +352,7 @@ class TextHostEnv:
       ids = ids[:self.obs_len]
       tok[i, :len(ids)] = ids
       length[i] = len(ids)
+    self.stats["tokenize_s"] += time.perf_counter() - t0
     return tok, length, trunc
 
   # -- the rollout of this env (train/run.py, eval/evaluate.py) ------------------------------

@@ -127,7 +127,8 @@ def test_bm25_matches_bm25s():
   agree = 0
   for i, q in enumerate(queries):
     theirs = np.asarray(ret.get_scores(q[:ENV.max_query_words]), np.float64)
-    np.testing.assert_allclose(scores[i] / index.scale, theirs, atol=len(q) / index.scale + 1e-5)
+    np.testing.assert_allclose(scores[i, :len(theirs)] / index.scale, theirs,
+                               atol=len(q) / index.scale + 1e-5)
     got = [int(r) for r in np.asarray(res[i])[:int(n[i])]]
     # plain-Python ranking of the fixed-point scores: descending, ties to the lower index
     want = sorted((d for d in range(len(docs)) if scores[i][d] > 0), key=lambda d: (-scores[i][d], d))
@@ -147,7 +148,9 @@ def test_sparse_index_matches_dense():
   ids = rng.integers(-1, len(terms), (20, ENV.max_query_words)).astype(np.int32)
   got = np.asarray(jax.jit(jax.vmap(lambda t: bm25.sparse_scores(ENV.index, t)))(jnp.asarray(ids)))
   want = np.stack([dense[[t for t in row if t >= 0]].sum(axis=0) for row in ids])
-  np.testing.assert_array_equal(got, want)
+  assert got.shape[1] % bm25.BLOCK == 0 and got.shape[1] - len(docs) < bm25.BLOCK
+  np.testing.assert_array_equal(got[:, :len(docs)], want)
+  assert not got[:, len(docs):].any()   # the padding documents never score
 
 
 # -- world ----------------------------------------------------------------------------------
@@ -282,6 +285,22 @@ def test_top_keys_few_matches_bisection():
     b = jax.jit(jax.vmap(lambda x: bm25.top_keys(x, k)))(keys)
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(np.asarray(a), -np.sort(-np.asarray(keys), axis=1)[:, :k])
+
+
+@pytest.mark.parametrize("p", [bm25.BLOCK * 9, bm25.BLOCK * 3, 300])
+def test_rank_matches_a_sort(p):
+  """bm25.rank (two-level when P is whole blocks and more than k of them, else one level) vs
+  sorting (-score, index) in Python, zero scores dropped; many ties, and all-zero rows."""
+  rng = np.random.default_rng(p)
+  scores = rng.integers(0, 4, (40, p)) * (rng.random((40, p)) < rng.random((40, 1)))
+  scores[0] = 0
+  scores[1, -1] = 5        # the best document in the last block
+  scores[2, :] = 2         # every document ties
+  for k in (1, 3, 8):
+    res, n = jax.jit(jax.vmap(lambda s: bm25.rank(s, k)))(jnp.asarray(scores, jnp.int32))
+    for row, got, m in zip(scores, np.asarray(res), np.asarray(n)):
+      want = [d for d in sorted(range(p), key=lambda d: (-row[d], d)) if row[d] > 0][:k]
+      assert list(got[:m]) == want and m == len(want) and (got[m:] == -1).all()
 
 
 def test_kb_min_hops_fixes_the_question_depth():
