@@ -12,6 +12,15 @@ token-mean aggregation, dynamic sampling of zero-spread groups (§1.12).
 Expected: tiny — single-turn Countdown with 3 numbers; reward rises from the format score
 (0.1) as the SFT-initialised policy finds correct expressions. full — the papers report
 Qwen2.5-Math-scale results on math benchmarks; not reproduced here.
+Regime (issue 22 §2): the 100 SFT steps leave held-out success at 0.078 (0.00-0.16 by seed):
+the tiny model copies the expression format but rarely the arithmetic, so RL carries what
+success there is.
+Measured (tiny, 3 seeds, 2026-12-03, `python launch/reproduce.py --paper=dr_grpo_countdown
+--seeds=3`, benchmarks/results/reproduce/dr_grpo_countdown.md; ~3-4 min a run, two at once):
+held-out success Dr.GRPO 0.141 (0.016, 0.188, 0.219), GRPO 0.094, DAPO 0.120: Dr.GRPO - GRPO
++0.047 [-0.217, +0.311], - DAPO +0.021 [-0.221, +0.263] (n.s.; the seeds spread more than the
+arms). Dr.GRPO's claim, GRPO's accuracy with fewer tokens, cannot show here: every arm writes
+~14 of its 16 allowed tokens (1,799 vs 1,808 generated tokens an iteration, -9 [-197, +180]).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config

@@ -39,10 +39,17 @@ verify before citing; U: not stated for Sokoban, our choice]:
   mini-batch 32 episodes [U]; bf16 compute over float32 master weights [U]. Without
   `init_from`, `full` is a randomly initialized Qwen2.5-1.5B-shaped model (not the paper's).
 
-Expected: tiny (2-core CPU, ~10 min) — both learn from the SFT warm start; GiGPO's
-advantage is denser (non-zero step credit where groups revisit states). full — the paper
-reports GiGPO > GRPO on Sokoban / ALFWorld / WebShop with Qwen2.5-1.5B/7B; not reproduced
-here (no accelerator).
+Expected: full — the paper reports GiGPO > GRPO on Sokoban / ALFWorld / WebShop with
+Qwen2.5-1.5B/7B (and over RLOO and PPO on ALFWorld / WebShop); not reproduced here (no
+accelerator).
+Measured (tiny, 3 seeds, 2026-12-03, `python launch/reproduce.py --paper=gigpo_sokoban
+--seeds=3`, benchmarks/results/reproduce/gigpo_sokoban.md; ~5 min a run, two at once; GiGPO and
+GRPO are the graph-credit rows' runs, reused): held-out greedy success GiGPO 0.484 on every
+seed, as GRPO; RLOO 0.490, PPO 0.474: GiGPO - RLOO -0.005 [-0.028, +0.017], - PPO +0.010
+[-0.070, +0.091] (n.s.). On avg@4 (sampled) GiGPO beats PPO, +0.055 [+0.038, +0.071] (the
+critic arm falls below the policy run's level: 0.426), and ties GRPO (-0.001) and RLOO
+(+0.007, n.s.). In 30 iterations from the 0.44 policy every critic-free arm ends at ~0.48:
+step-level credit has little to separate at this scale.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
