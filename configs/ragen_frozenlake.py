@@ -5,7 +5,9 @@
   arXiv:2602.11767, ALGORITHMS.md §4.10; design proposal), `full`.
 
 Expected: tiny — greedy held-out success rises above the SFT warm start within 30
-iterations (slippery maps cap success well below 1). full — RAGEN reports ~0.2 success for
+iterations (slippery maps cap success well below 1: 0.313 for the optimal policy at the tiny
+16-move limit). Not measured at 3 seeds yet with these settings (the first row ran with 5
+one-action turns, where no episode can succeed; see get_config). full — RAGEN reports ~0.2 success for
 0.5B StarPO on slippery FrozenLake; not reproduced here.
 """
 from agent_rl.eval.reproduce import Comparison
@@ -26,7 +28,15 @@ def get_config(arg: str | None = None):
   c.env.name = "frozenlake"
   c.env.kwargs.size = 4
   c.env.kwargs.is_slippery = True
-  c.env.kwargs.max_steps = 8
+  # A 4x4 map needs >= 6 moves (6.0 on average over sampled maps): the defaults' 5 turns of
+  # one action (both scales) made success impossible (measured 2026-12-03: 0.000 on every arm,
+  # seed and eval, after SFT too, whose plan replays never reached G). 8 turns of up to 2
+  # actions within 16 moves [U]: the optimal policy's success at 16 moves with gymnasium's
+  # slip (1/3 intended) is 0.313 over 64 sampled maps (0.050 at 8 moves).
+  c.env.kwargs.max_steps, c.env.kwargs.max_actions = 16, 2
+  c.rollout.max_turns = 8
+  if c.scale == "tiny":
+    c.rollout.max_action_tokens = 12
   c.credit.name = "grpo"
   c.loss.name = "vanilla"
   c.loss.kwargs.clip_ratio_low = 0.2

@@ -38,6 +38,13 @@ Expected results:
   row   (`python launch/reproduce.py --paper=ragen_sokoban --seeds=3`): the arms start from
         the 40-step SFT policy run (runs/sokoban_sft40, configs/rewardflow_sokoban.py says how
         to make it; held-out success ~0.44) with no SFT phase, so RL carries the learning.
+        Measured (3 seeds, 2026-12-03, benchmarks/results/reproduce/ragen_sokoban.md; ~5 min
+        a run, two at once; StarPO = prm_sokoban's outcome runs, reused): held-out greedy
+        success StarPO-S 0.484 (0.500, 0.484, 0.469) = StarPO 0.484, +0.000 [-0.039, +0.039];
+        avg@4 0.469 vs 0.482, -0.013 [-0.030, +0.004] (n.s.): the variance filter's claimed
+        gain does not show in 30 iterations here. PPO (critic, GAE gamma = lam = 1) ends
+        lowest, 0.453 (avg@4 0.398): StarPO-S - PPO +0.031 [-0.004, +0.067], avg@4 +0.070
+        [-0.002, +0.143] (RAGEN states no direction for this pair).
   full  (one 80 GB GPU or a v5e-8): RAGEN reports ~0.2-0.3 success for 0.5B StarPO on
         Sokoban; not reproduced here (no accelerator in CI).
 """
