@@ -32,7 +32,10 @@ def get_config(arg: str | None = None):
   # one action (both scales) made success impossible (measured 2026-12-03: 0.000 on every arm,
   # seed and eval, after SFT too, whose plan replays never reached G). 8 turns of up to 2
   # actions within 16 moves [U]: the optimal policy's success at 16 moves with gymnasium's
-  # slip (1/3 intended) is 0.313 over 64 sampled maps (0.050 at 8 moves).
+  # slip (1/3 intended) is 0.313 over 64 sampled maps (0.050 at 8 moves). Also a limit of the
+  # SFT warm start here: the slippery solver's plans (the optimal policy's most likely path, cut
+  # at its first repeated state) stop after 1-5 moves on 32 of 32 sampled maps, short of G, so
+  # the demos teach the format more than the way (tests/train/test_horizon.py).
   c.env.kwargs.max_steps, c.env.kwargs.max_actions = 16, 2
   c.rollout.max_turns = 8
   if c.scale == "tiny":
