@@ -21,8 +21,13 @@ and 20% (Qwen2.5-3B) relative (v5; v1 said 26% / 21% / 10% for LLaMA3.2-3B) on s
 retrieved-token masking is worth several EM points over no masking. Expected direction here:
 both runs raise held-out EM (`eval/success`) over the SFT start; PPO ~ GRPO.
 
-tiny (2-core CPU): the direction is to be measured (3 seeds); the SFT warm start on solver
-plans carries most of the success at this size.
+tiny (2-core CPU): the SFT warm start on solver plans (100 steps) carries most of the success
+at this size: held-out EM 0.667 after SFT (a ceiling of 1). Measured (3 seeds, 2026-12-03,
+`python launch/reproduce.py --paper=search_r1_kbqa --seeds=3`,
+benchmarks/results/reproduce/search_r1_kbqa.md; 10-14 min a run, two at once): GRPO 0.734
+(0.734, 0.781, 0.688; RL +0.068 over SFT), PPO 0.646 (0.656, 0.625, 0.656; -0.021): PPO - GRPO
+-0.089 [-0.190, +0.013] (p 0.07): in 30 iterations GRPO gains and the critic arm does not,
+consistent with "GRPO converges faster" [recalled]; the paper states no winner on EM.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
