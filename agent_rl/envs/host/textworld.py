@@ -47,9 +47,14 @@ def import_textworld():
 
 
 def clean_command(command: str) -> str:
-  """The model's command as one line of printable ASCII (the Z-machine reads ASCII lines: a
-  newline would submit a second command, other bytes are not in its alphabet)."""
+  """The model's command as one line of printable ASCII without backslashes (the Z-machine
+  reads ASCII lines: a newline would submit a second command, other bytes are not in its
+  alphabet, a backslash is the interpreter's meta-command prefix)."""
   text = command.encode("ascii", "ignore").decode("ascii")
+  # A backslash starts one of dfrotz's own meta-commands (`\p`, `\h`, ...), not game input:
+  # model text such as `\p*'` made the interpreter answer "unknown command" without end (an
+  # 80 GB log on 2026-12-03, benchmarks/host_envs.py with random actions), so none reaches it.
+  text = text.replace("\\", " ")
   return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
 

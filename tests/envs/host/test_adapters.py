@@ -369,3 +369,13 @@ def test_adapter_overhead_benchmark(tw, twx, sw, alf):
           f"({r[1]:.0f} us CPU/step); wall overhead {100 * (r[0] / a[0] - 1):.1f}%, CPU overhead "
           f"{100 * (a[1] / r[1] - 1):.1f}%")
   env.close(), raw.close(), sraw.close(), aenv.close()
+
+
+def test_textworld_commands_reach_the_game_as_one_line_without_meta_commands():
+  """dfrotz reads a leading backslash as its own meta-command (`\\p`, ...): model text must
+  never reach it (random actions once made it answer "unknown command" without end)."""
+  from agent_rl.envs.host.textworld import clean_command
+  assert clean_command("\\p*' take key") == "p*' take key"
+  assert clean_command("go\neast\\\\h") == "go east h"
+  assert clean_command("  open   the chest\té ") == "open the chest"
+  assert "\\" not in clean_command("\\" * 5) and clean_command("\\" * 5) == ""
