@@ -141,15 +141,13 @@ def raw_steps_per_s(name, kwargs, steps: int) -> float:
 
 def _raw_textworld(kwargs, steps: int) -> float:
   """`textworld` itself on the adapter's first train game, with the infos the adapter asks."""
-  from agent_rl.envs.host.textworld import TextWorldGame, import_textworld
+  from agent_rl.envs.host.textworld import REQUEST_INFOS, TextWorldGame, import_textworld
   tw, game = import_textworld(), TextWorldGame(**kwargs)
   try:
     path = game.game_path(list(game.task_ids("train"))[0])
-    infos = tw.EnvInfos(admissible_commands=True, won=True, lost=True, score=True,
-                        max_score=True, objective=True)
   finally:
     game.close()
-  env = tw.start(path, request_infos=infos)
+  env = tw.start(path, request_infos=tw.EnvInfos(**REQUEST_INFOS))
   try:
     env.reset()
     t = time.perf_counter()

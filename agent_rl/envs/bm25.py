@@ -122,6 +122,17 @@ def top_keys_few(key: jax.Array, k: int) -> jax.Array:
 BLOCK = 128  # documents per block of `rank`'s two-level selection
 
 
+def _key(score: jax.Array, index: jax.Array, bits: int) -> jax.Array:
+  """One distinct int32 ranking key per item: score * 2^bits + reversed index (ties to the
+  lower index)."""
+  return (score << bits) + ((1 << bits) - 1 - index.astype(jnp.int32))
+
+
+def _index(key: jax.Array, bits: int) -> jax.Array:
+  """The item index a `_key` holds."""
+  return (1 << bits) - 1 - (key & ((1 << bits) - 1))
+
+
 def rank(scores: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
   """Top-k of fixed-point `scores [P] int32`: `(results [k] int32 (-1 past n), n int32)`,
   descending score, ties to the lower index, zero scores dropped.
@@ -138,15 +149,13 @@ def rank(scores: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     nb = p // BLOCK
     blocks = scores.reshape(nb, BLOCK)
     bbits = key_bits(nb)
-    bkey = (jnp.max(blocks, axis=1) << bbits) + ((1 << bbits) - 1 - jnp.arange(nb, dtype=jnp.int32))
-    best = (1 << bbits) - 1 - (top_keys_few(bkey, k) & ((1 << bbits) - 1))        # [k] blocks
+    best = _index(top_keys_few(_key(jnp.max(blocks, axis=1), jnp.arange(nb), bbits), k), bbits)
     doc = (best[:, None] * BLOCK + jnp.arange(BLOCK, dtype=jnp.int32)[None, :]).reshape(-1)
-    key = (blocks[best].reshape(-1) << bits) + ((1 << bits) - 1 - doc)
-    top = top_keys_few(key, k)
+    top = top_keys_few(_key(blocks[best].reshape(-1), doc, bits), k)
   else:
-    key = (scores << bits) + ((1 << bits) - 1 - jnp.arange(p, dtype=jnp.int32))
+    key = _key(scores, jnp.arange(p), bits)
     top = top_keys_few(key, k) if k <= 8 else top_keys(key, k)
-  idx = (1 << bits) - 1 - (top & ((1 << bits) - 1))
+  idx = _index(top, bits)
   keep = (top >> bits) > 0
   return jnp.where(keep, idx, -1).astype(jnp.int32), jnp.sum(keep, dtype=jnp.int32)
 

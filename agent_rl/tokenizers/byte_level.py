@@ -33,14 +33,13 @@ class ByteTokenizer:
     SPECIAL_TOKENS that matches, left to right), each other character's UTF-8 bytes."""
     if not isinstance(text, str):
       raise TypeError(f"encode expects str, got {type(text).__name__}")
+    run = lambda t: (np.frombuffer(t.encode("utf-8"), np.uint8).astype(np.int64)  # noqa: E731
+                     + self._BASE).tolist()   # a run of plain text as one array op
     out, pos = [], 0
-    for m in _SPECIAL.finditer(text):  # runs of plain text as one array op each
-      out += (np.frombuffer(text[pos:m.start()].encode("utf-8"), np.uint8).astype(np.int64)
-              + self._BASE).tolist()
-      out.append(4 + _SPECIAL_ID[m.group()])
+    for m in _SPECIAL.finditer(text):
+      out += run(text[pos:m.start()]) + [4 + _SPECIAL_ID[m.group()]]
       pos = m.end()
-    out += (np.frombuffer(text[pos:].encode("utf-8"), np.uint8).astype(np.int64)
-            + self._BASE).tolist()
+    out += run(text[pos:])
     return ([self.bos_id] if add_bos else []) + out + ([self.eos_id] if add_eos else [])
 
   def decode(self, ids) -> str:

@@ -35,6 +35,11 @@ INSTRUCTION = ("You are playing a TextWorld text adventure. The first observatio
                "the chest, take the key from the table.")
 
 
+# The infos every step asks the engine for (benchmarks/host_envs.py times the package with them).
+REQUEST_INFOS = dict(admissible_commands=True, won=True, lost=True, score=True, max_score=True,
+                     objective=True)
+
+
 def import_textworld():
   """The textworld package, or an ImportError naming the install command."""
   try:
@@ -121,8 +126,7 @@ class TextWorldGame:
       raise FileNotFoundError(f"textworld.game_dir {game_dir!r} is not a directory")
     self.game_dir, self.num_games, self.seed, self.cache_dir = game_dir, num_games, seed, cache_dir
     self.settings = dict(world_size=world_size, nb_objects=nb_objects, quest_length=quest_length)
-    self._infos = self._tw.EnvInfos(admissible_commands=True, won=True, lost=True, score=True,
-                                    max_score=True, objective=True)
+    self._infos = self._tw.EnvInfos(**REQUEST_INFOS)
     self._envs: dict[str, object] = {}
     self._env = None
     self._score = 0
