@@ -6,9 +6,15 @@
 
 Expected: tiny — greedy held-out success rises above the SFT warm start within 30
 iterations (slippery maps cap success well below 1: 0.313 for the optimal policy at the tiny
-16-move limit). Not measured at 3 seeds yet with these settings (the first row ran with 5
-one-action turns, where no episode can succeed; see get_config). full — RAGEN reports ~0.2 success for
-0.5B StarPO on slippery FrozenLake; not reproduced here.
+16-move limit). Measured (`python launch/reproduce.py --paper=ragen_frozenlake --scale=tiny
+--seeds=3`, 2026-12-03, benchmarks/results/reproduce/ragen_frozenlake.md): after the 100 SFT
+steps every seed of both arms is at 0.000 (the slippery solver's short demos, below), so RL
+carries all of it; StarPO ends at 0.052 (0.078, 0.078, 0.000), PPO at 0.000 on every seed:
+StarPO - PPO +0.052 [-0.060, +0.164] on success, +0.036 [-0.008, +0.081] on avg@4 (p 0.07),
+far under the 0.313 ceiling; the paper states no StarPO-vs-PPO direction. ~10-16 min a run
+on the shared 2-core box. (The first row ran with 5 one-action turns, where no episode can
+succeed; see get_config.) full — RAGEN reports ~0.2 success for 0.5B StarPO on slippery
+FrozenLake; not reproduced here.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
