@@ -42,6 +42,24 @@ def test_host_run_resumes_exactly(tmp_path):
   assert [r["step"] for r in _records(full) if "rollout/success" in r] == [1, 2]
 
 
+def test_host_run_renders_held_out_episodes(tmp_path):
+  """`log.episodes` on a host env: the report's before/after episodes are the held-out panel's
+  games (env.host.eval_split), played through the host loop, as a JAX env's are."""
+  c = host_config(iterations=1)
+  c.log.episodes = 2
+  run(c, str(tmp_path / "ep"))
+  with open(tmp_path / "ep" / "episodes.jsonl") as f:
+    eps = [json.loads(ln) for ln in f]
+  assert [(e["tag"], e["index"]) for e in eps] == [("before", 0), ("before", 1),
+                                                   ("after", 0), ("after", 1)]
+  for e in eps:
+    assert e["text"].startswith(f"episode {e['index']} (task ")
+    assert "Goal: unlock the door." in e["text"] and "[turn 0] action:" in e["text"]
+  assert eps[0]["text"] != eps[1]["text"]  # two different held-out games
+  report = (tmp_path / "ep" / "report.md").read_text()
+  assert "### before training" in report and eps[2]["text"].splitlines()[0] in report
+
+
 @pytest.mark.slow
 def test_host_run_with_pool_matches_in_process(tmp_path):
   """Two worker processes and overlap give the run the same metrics as in-process games."""
@@ -62,7 +80,6 @@ def test_host_run_with_pool_matches_in_process(tmp_path):
     ("env.host.action_format", "json", "env.host.action_format"),
     ("env.host.step_timeout_s", 0.0, "env.host.step_timeout_s"),
     ("rollout.strategy", "tsr", "rollout.strategy"),
-    ("log.episodes", 3, "log.episodes"),
     ("sft.world_model", True, "sft.world_model"),
     ("env.host.role_scales", "1,2", "env.host.role_scales needs env.host.roles"),
 ])
