@@ -47,7 +47,7 @@ def base_config() -> mlc.ConfigDict:
   # the adapter's, and `host` sets its worker pool and text interface.
   c.env = mlc.ConfigDict(dict(name="sokoban", kwargs=mlc.ConfigDict(), host=mlc.ConfigDict(dict(
       workers=0,  # worker processes stepping the games; 0 = in-process, one after another
-      step_timeout_s=60.0,  # a worker silent this long while it owes a reply is restarted
+      step_timeout_s=60.0,  # a worker silent this long per item it owes is restarted
       obs_tokens=256,  # observation budget (tokens; longer text is truncated, counted)
       admissible=True,  # list the game's admissible commands after each observation
       action_format="answer",  # answer (<answer>cmd</answer>) | raw (the first line)

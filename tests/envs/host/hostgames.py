@@ -8,7 +8,7 @@ from agent_rl.envs.host.toy import KeyRoomGame
 
 
 class FaultyGame(KeyRoomGame):
-  """KeyRoom whose step on "sleep" never returns, on "boom" raises, on "die" kills its own
+  """KeyRoom whose step on "nap" takes 1 s, on "sleep" never returns, on "boom" raises, on "die" kills its own
   process (a JVM crash), whose task 13 fails to reset, and which kills itself at step `die_at` of an episode (0 = never)."""
 
   def __init__(self, die_at: int = 0, **kw):
@@ -23,6 +23,9 @@ class FaultyGame(KeyRoomGame):
   def step(self, command):
     if command == "sleep":
       time.sleep(3600)
+    if command == "nap":
+      time.sleep(1.0)
+      command = "look"
     if command == "boom":
       raise RuntimeError("the game broke")
     if command == "die" or (self.die_at and self._state["steps"] + 1 >= self.die_at):

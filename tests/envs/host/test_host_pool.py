@@ -81,6 +81,20 @@ def test_hung_step_times_out_and_restarts():
     pool.close()
 
 
+def test_timeout_is_per_item_of_a_request():
+  """A worker's slice of a request is answered after all its items: 4 one-second steps on one
+  worker (8 s of silence with a 2.5 s step limit) are slow, not hung."""
+  pool = GamePool(FaultyGame, 8, workers=2, step_timeout_s=2.5)
+  try:
+    pool.call("reset", [(g, (f"keyroom-{g}", 1)) for g in range(8)])
+    out = pool.call("step", [(g, "nap") for g in range(0, 8, 2)])  # all on worker 0
+    assert not any(isinstance(r, Failed) for r in out) and pool.restarts == 0
+    out = pool.call("step", [(0, "nap"), (2, "sleep")])  # one hangs: 2 x 2.5 s, then failed
+    assert out == [Failed("timeout"), Failed("timeout")] and pool.restarts == 1
+  finally:
+    pool.close()
+
+
 def test_bad_requests_raise_clearly():
   pool = GamePool(KeyRoomGame, 2, workers=0)
   with pytest.raises(ValueError, match="game index 5"):
