@@ -52,6 +52,7 @@ def base_config() -> mlc.ConfigDict:
       admissible=True,  # list the game's admissible commands after each observation
       action_format="answer",  # answer (<answer>cmd</answer>) | raw (the first line)
       invalid_penalty=-0.1,  # reward of a turn without a parsable command (game not stepped)
+      score_scale=1.0,  # reward = the game's score delta x this (ScienceWorld's 0-100: 0.01)
       max_answer_bytes=256,
       split="train", eval_split="",  # task panels; "" = evaluate on the training panel
       extras="",  # comma list of GameStep.extras keys carried into the batch

@@ -79,6 +79,7 @@ def test_host_run_with_pool_matches_in_process(tmp_path):
     ("env.host.workers", -1, "env.host.workers"),
     ("env.host.action_format", "json", "env.host.action_format"),
     ("env.host.step_timeout_s", 0.0, "env.host.step_timeout_s"),
+    ("env.host.score_scale", 0.0, "env.host.score_scale"),
     ("rollout.strategy", "tsr", "rollout.strategy"),
     ("sft.world_model", True, "sft.world_model"),
     ("env.host.role_scales", "1,2", "env.host.role_scales needs env.host.roles"),

@@ -7,7 +7,8 @@
 `config.env.host` configures the pool and the text interface (text_env.py, pool.py):
 workers (0 = in-process, sequential), step_timeout_s, obs_tokens (the observation budget),
 admissible (list the admissible commands in the prompt), action_format (answer | raw),
-invalid_penalty, max_answer_bytes, split / eval_split (task panels of training / evaluation),
+invalid_penalty, score_scale (reward = the score delta x it), max_answer_bytes, split /
+eval_split (task panels of training / evaluation),
 extras (comma list of GameStep.extras keys carried into the batch), overlap (two pipelined
 half-batches, rollout/overlap.py); several agents on a game without roles of its own: roles,
 schedule, offset_by_task, role_scales (roles.py; a game with roles, e.g. host:toy_duo, brings
@@ -70,6 +71,7 @@ def validate(c, need) -> None:
   need(isinstance(w, int) and not isinstance(w, bool) and w >= 0, "env.host.workers",
        f"must be an int >= 0 (0 = in-process), got {w!r}")
   need(h.step_timeout_s > 0, "env.host.step_timeout_s", f"must be > 0, got {h.step_timeout_s}")
+  need(h.score_scale > 0, "env.host.score_scale", f"must be > 0, got {h.score_scale}")
   need(h.obs_tokens >= 1, "env.host.obs_tokens", f"must be >= 1, got {h.obs_tokens}")
   need(h.max_answer_bytes >= 1, "env.host.max_answer_bytes",
        f"must be >= 1, got {h.max_answer_bytes}")
@@ -110,7 +112,8 @@ def make_env(c, tokenizer):
                        action_format=h.action_format, invalid_penalty=float(h.invalid_penalty),
                        max_answer_bytes=int(h.max_answer_bytes), extras=extras_of(h),
                        overlap=bool(h.overlap), roles=h.roles, schedule=h.schedule,
-                       offset_by_task=bool(h.offset_by_task), role_scales=h.role_scales)
+                       offset_by_task=bool(h.offset_by_task), role_scales=h.role_scales,
+                       score_scale=float(h.score_scale))
   except BaseException:
     pool.close()
     raise

@@ -120,13 +120,19 @@ class TextHostEnv:
                invalid_penalty: float = -0.1, max_answer_bytes: int = 256,
                extras: Sequence[str] = (), overlap: bool = True, roles: Any = (),
                schedule: Any = (), offset_by_task: bool = False, role_scales: Any = (),
-               _task_ids=None, _game_roles=None):
+               score_scale: float = 1.0, _task_ids=None, _game_roles=None):
     if obs_len < 1:
       raise ValueError(f"TextHostEnv: obs_len must be >= 1, got {obs_len}")
     self._kw = dict(obs_len=obs_len, admissible=admissible, action_format=action_format,
                     invalid_penalty=invalid_penalty, max_answer_bytes=max_answer_bytes,
                     extras=extras, overlap=overlap, roles=roles, schedule=schedule,
-                    offset_by_task=offset_by_task, role_scales=role_scales)
+                    offset_by_task=offset_by_task, role_scales=role_scales,
+                    score_scale=score_scale)
+    if not score_scale > 0:
+      raise ValueError(f"TextHostEnv: score_scale must be > 0, got {score_scale}")
+    # The game's score delta times this is the reward: ScienceWorld scores 0-100, TWX 0-1;
+    # 0.01 puts ScienceWorld's on the scale of the invalid-action penalty and the other games.
+    self.score_scale = float(score_scale)
     self.parse = ACTION_FORMATS.get(action_format)
     self.pool, self.tokenizer = pool, tokenizer
     self.split, self.eval_split = split, eval_split
@@ -310,10 +316,11 @@ class TextHostEnv:
       text = self._present(res.obs, r)
       texts.append(text)
       self._hash[r] = info["state_hash"][k] = self._state_hash(res.obs, text, r)
-      reward[k], done[k], info["success"][k] = res.score_delta, res.done, res.won
+      score = res.score_delta * self.score_scale
+      reward[k], done[k], info["success"][k] = score, res.done, res.won
       if self.reward_names:
-        self.agents.pay(info["reward_terms"][k], acted, res.score_delta, res.role_rewards,
-                        self.invalid_penalty)
+        self.agents.pay(info["reward_terms"][k], acted, score,
+                        tuple(self.score_scale * x for x in res.role_rewards), self.invalid_penalty)
       for e in self.extras:
         info[e][k] = float(res.extras.get(e, 0.0))
     if self.roles:  # rows that did not move (finished, failed) keep the agent that acted

@@ -21,10 +21,12 @@ def _ref_tokens(text, obs_len):
   return ids[:obs_len], len(ids) > obs_len
 
 
-def test_reset_and_steps_match_the_games_played_directly():
+@pytest.mark.parametrize("score_scale", [1.0, 0.25])
+def test_reset_and_steps_match_the_games_played_directly(score_scale):
+  """score_scale multiplies the game's score delta, not the invalid-action penalty."""
   obs_len = 40  # short enough that some observations are truncated
   env = TextHostEnv(GamePool(KeyRoomGame, 4, workers=0), TOK, obs_len=obs_len, admissible=True,
-                    invalid_penalty=-0.5, extras=("steps",))
+                    invalid_penalty=-0.5, extras=("steps",), score_scale=score_scale)
   tasks = np.asarray([3, 5], np.int32)
   keys = np.asarray([[1, 2], [3, 4]], np.uint32)
   tok, length, h0 = env.reset(tasks, keys, 2)
@@ -51,7 +53,8 @@ def test_reset_and_steps_match_the_games_played_directly():
       else:
         prev, s = seen[r], refs[r].step(cmd)
         seen[r] = s.obs
-        assert info["valid_action"][r] and reward[r] == s.score_delta and done[r] == s.done
+        assert info["valid_action"][r] and reward[r] == np.float32(s.score_delta * score_scale)
+        assert done[r] == s.done
         assert info["success"][r] == s.won and info["steps"][r] == s.extras["steps"]
         assert info["state_hash"][r] == _h(s.obs.state_key)
         assert info["admissible_action"][r] == (cmd.lower() in prev.admissible)
