@@ -16,14 +16,24 @@ after each observation, as in verl-agent's ALFWorld prompt; an action is
       --config.model.init_from=/path/to/Qwen2.5-1.5B-Instruct --workdir=...
 
 Variants: `tiny` (games our generator writes from ALFWorld's own PDDL domain and grammar,
-`generated=True`: one game per family per split, solved by ALFWorld's planner; 8 turns),
+`generated=True`: one game per family per split, solved by ALFWorld's planner; 10 turns),
 `full` (the user's ALFWORLD_DATA: train / valid_seen / valid_unseen; the paper's shape:
 Qwen2.5-1.5B-Instruct, 16 tasks x group 8, 50 steps), `grpo` (the baseline), `rloo`, `ppo`.
 
 Paper numbers [G: recalled from the GiGPO paper's ALFWorld table and not re-checked here]:
 Qwen2.5-1.5B-Instruct, ALFWorld "All" success: GRPO ~73%, GiGPO ~86% [G]. Expected
-direction: GiGPO > GRPO. No SFT warm start (host games have no solver demos in the run yet),
-so at `tiny` a policy from scratch rarely solves a game: not measured yet (README, "Not yet").
+direction: GiGPO > GRPO.
+
+`tiny` warm-starts on ALFWorld's planner plans of the 6 training games (60 SFT steps of 16
+windowed rows; 48 demos, every replay wins), then 10 RL iterations in minibatches of 8 rows.
+Measured once (seed 0, 2026-12-03, on the shared 2-core box beside other runs; OOM-killed
+after iteration 5 beside a ScienceWorld run and resumed from its checkpoint): held-out
+(valid_unseen: one generated game per family) reward -1.00 before SFT (invalid actions), 0.00
+after SFT and after RL (valid commands, no game won), success 0.00 throughout; sampled training
+rollouts win 0.00-0.04. The rendered episodes show the policy writing well-formed commands of
+the training games ("open drawer 1", "move keychain 2") whatever the held-out task: one game
+per family is too few to generalize from at this size. No GiGPO-vs-GRPO row is declared until
+a tiny setting lifts success off 0 (more generated games per family: `games_per_family`).
 """
 from agent_rl.train.config import scaled_config
 from agent_rl.train.world_defaults import full_policy, gigpo_or_baseline
@@ -38,8 +48,6 @@ def get_config(arg: str | None = None):
   c.env.host.split = "train"
   c.env.host.eval_split = "valid_unseen"
   gigpo_or_baseline(c, args)
-  c.sft.steps = 0
-  c.log.episodes = 0  # host envs: episode rendering runs the compiled rollout
   c.rollout.history = "windowed"  # verl-agent's history_length 2
   c.rollout.window_turns = 2
   c.rollout.window_tokens = 0  # 0: what the prompt, the window and a turn need
@@ -47,8 +55,12 @@ def get_config(arg: str | None = None):
     c.env.kwargs.generated, c.env.kwargs.games_per_family = True, 1
     c.env.host.workers, c.env.host.obs_tokens = 2, 256
     c.rollout.num_tasks, c.rollout.group_size = 6, 4
-    c.rollout.max_turns, c.rollout.max_action_tokens = 8, 24
-    c.train.iterations, c.train.minibatch_episodes = 10, 24
+    # ALFWorld's planner solves the generated games in 4-9 commands (pick_two is the longest).
+    c.rollout.max_turns, c.rollout.max_action_tokens = 10, 24
+    c.sft.steps, c.sft.batch_size, c.sft.num_demos = 60, 16, 48
+    # Minibatches of 8 windowed rows: 24 rows of ~1,100 tokens peaked at 15 GB and were
+    # OOM-killed beside another run on the 24 GiB box.
+    c.train.iterations, c.train.minibatch_episodes = 10, 8
     c.train.eval_every, c.train.ckpt_every = 5, 5
     c.eval.num_tasks, c.eval.k = 6, 1
   else:

@@ -12,15 +12,23 @@ evaluation its dev fold.
   python -m agent_rl.train --config=configs/textworld_cooking.py:tiny --workdir=/tmp/twx_cook
   python -m agent_rl.train --config=configs/textworld_cooking.py:tiny,rloo --workdir=/tmp/twx_rloo
 
-Variants: `tiny` (1 room, 1 ingredient, no distractors, no doors: the recipe is read, the
-ingredient taken, prepared and eaten in ~5-8 commands), `full` (Qwen2.5-1.5B-sized policy,
-TWX's default CookingWorld: several rooms, doors, distractors, 50 steps), `rloo` (the RLOO
-baseline instead of GRPO).
+Variants: `tiny` (1 room, 1 ingredient, no distractors, no doors; TWX's gold paths are 8-12
+commands: look around, take and read the cookbook, take the knife, the fridge, the recipe's
+steps, prepare meal, eat meal), `full` (Qwen2.5-1.5B-sized policy, TWX's default
+CookingWorld: several rooms, doors, distractors, 50 steps), `rloo` (the RLOO baseline instead
+of GRPO).
 
-No SFT warm start: host games have no solver demos in the run yet (TWX has gold paths, used by
-the adapter's `expert()`, not by the SFT phase). A tiny policy from scratch rarely finishes a
-recipe, so expect success near 0 at `tiny` unless measured otherwise; the config is the recipe
-for the real package at scale. Not measured yet (README, "Not yet").
+`tiny` warm-starts on the 64 training games' gold paths (60 SFT steps of 16; the host demos of
+data/host_demos.py, replayed by the host loop: 63 of 64 win), then 20 GRPO iterations.
+Measured once (seed 0, 2026-12-03, on the shared 2-core box under 3 other runs: 33 min wall):
+held-out (dev fold, 16 games x 4) reward -1.20 before SFT, 0.06 after it, 0.12 after RL;
+held-out success 0.00 throughout; on the training fold the sampled rollouts win 0.24 in the
+first 5 iterations and 0.37 in the last 5. The rendered held-out episodes show why: the policy
+follows the plan's shape (look around, cookbook, knife, fridge, prepare meal) but picks the
+recipe's verb and appliance wrongly (a "grill" step cooked in the stove, a "chop" step
+skipped) or repeats "prepare meal" before the ingredient is ready. The config is the recipe for the real
+package at scale; at tiny scale it shows the path works end to end and learns on its own
+games, not that it generalizes.
 """
 from agent_rl.train.config import scaled_config
 
@@ -34,16 +42,17 @@ def get_config(arg: str | None = None):
   c.env.host.admissible = True
   c.env.host.split, c.env.host.eval_split = "train", "dev"
   c.credit.name = "rloo" if "rloo" in args else "grpo"
-  c.sft.steps = 0
-  c.log.episodes = 0  # host envs: episode rendering runs the compiled rollout
   if c.scale == "tiny":
     c.env.kwargs.params = ("numLocations=1,numIngredients=1,numDistractorItems=0,"
                            "includeDoors=0,limitInventorySize=0")
     c.env.kwargs.num_tasks = 64
     c.env.host.workers, c.env.host.obs_tokens = 2, 192
     c.rollout.num_tasks, c.rollout.group_size = 8, 4
-    c.rollout.max_turns, c.rollout.max_action_tokens = 8, 16
-    c.train.minibatch_episodes = 32
+    # TWX's gold paths are 8-12 commands here (look around, take and read the cookbook, take
+    # the knife, open and close the fridge, ..., prepare meal, eat meal): 12 turns fit them.
+    c.rollout.max_turns, c.rollout.max_action_tokens = 12, 16
+    c.sft.steps, c.sft.batch_size, c.sft.num_demos = 60, 16, 64
+    c.train.iterations, c.train.minibatch_episodes = 20, 32
     c.eval.num_tasks = 16
   else:
     c.model.preset = "qwen2.5-1.5b"

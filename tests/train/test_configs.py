@@ -97,7 +97,9 @@ def shrink(c):
   c.tokenizer.vocab_size = 400
   c.rollout.num_tasks, c.rollout.group_size = 4, 2  # starpo_s keeps 1 of 4 groups
   c.rollout.max_turns = min(c.rollout.max_turns, 2)
-  c.sft.steps, c.sft.num_demos, c.sft.batch_size = min(c.sft.steps, 2), 4, 4  # host: 0
+  c.sft.steps, c.sft.num_demos, c.sft.batch_size = min(c.sft.steps, 2), 4, 4
+  if c.env.name.startswith("host:"):  # the 400-token vocabulary spells game commands longer
+    c.rollout.max_action_tokens = max(c.rollout.max_action_tokens, 40)
   c.train.iterations, c.train.minibatch_episodes, c.train.eval_every = 2, 2, 2
   c.eval.num_tasks, c.eval.k = 2, 2
   c.mesh.num_devices = 1

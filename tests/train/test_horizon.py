@@ -65,3 +65,35 @@ def test_frozenlake_turns_fit_the_shortest_paths(path):
   assert max(moves) <= min(c.env.kwargs.max_steps, c.rollout.max_turns * per_turn), (
       f"{os.path.basename(path)}: shortest paths of {sorted(moves)} moves vs max_steps="
       f"{c.env.kwargs.max_steps}, {c.rollout.max_turns} turns x {per_turn} actions")
+
+
+HOST_CONFIGS = [p for p in CONFIGS
+                if (lambda c: c is not None and c.env.name.startswith("host:"))(_config(p))]
+HOST_PACKAGES = {"host:textworld_express": "textworld_express", "host:scienceworld":
+                 "scienceworld", "host:alfworld": "alfworld", "host:textworld": "textworld"}
+
+
+@pytest.mark.parametrize("path", HOST_CONFIGS, ids=[os.path.basename(p) for p in HOST_CONFIGS])
+def test_host_tiny_turns_fit_most_of_the_games_expert_plans(path):
+  """A host config's SFT demos (data/host_demos.py) replay its games' expert plans, one turn
+  per command: most must fit `rollout.max_turns` (the first tiny textworld_cooking setting, 8
+  turns for TWX's 8-12-command gold paths, replayed 6% of its demos to success). A command
+  too long for `rollout.max_action_tokens` is already a start-up error (data/scripted.py)."""
+  import numpy as np
+  from agent_rl.envs.host.build import make_env
+  from agent_rl.rollout.compiled import episode_keys
+  c = _config(path)
+  pytest.importorskip(HOST_PACKAGES.get(c.env.name, "agent_rl"))
+  c.env.host.workers = 0
+  c.rollout.num_tasks, c.rollout.group_size, c.eval.num_tasks = 4, 1, 1  # a pool of 4 games
+  env = make_env(c, ByteTokenizer())
+  try:
+    tasks = np.asarray(sample_tasks(env, [1_000_000 + i for i in range(4)]))
+    keys, _, _ = episode_keys(jax.random.key(0), len(tasks), 1)
+    plans = [p for p in env.expert_plans(tasks, np.asarray(keys)) if p]
+  finally:
+    env.close()
+  assert plans, f"{os.path.basename(path)}: no expert plan for 4 training games"
+  fit = sum(len(p) <= c.rollout.max_turns for p in plans) / len(plans)
+  assert fit >= 0.5, (f"{os.path.basename(path)}: rollout.max_turns={c.rollout.max_turns} fits "
+                      f"{fit:.0%} of the plans ({sorted(map(len, plans))} commands)")
