@@ -26,13 +26,16 @@ def _config(path):
   return mod.get_config("tiny") if hasattr(mod, "get_config") else None
 
 
-def _with_jax_env(path) -> bool:
-  """Configs whose tiny env is a JAX env (host games have no solver in the graph)."""
-  c = _config(path)
-  return c is not None and not c.env.name.startswith("host:") and c.env.name in envs.ENVS
+TINY = {p: _config(p) for p in CONFIGS}  # each config module loaded once
+JAX_CONFIGS = [p for p, c in TINY.items()  # a JAX env: its solver runs here, no game package
+               if c is not None and not c.env.name.startswith("host:") and c.env.name in envs.ENVS]
+HOST_CONFIGS = [p for p, c in TINY.items() if c is not None and c.env.name.startswith("host:")]
 
 
-JAX_CONFIGS = [p for p in CONFIGS if _with_jax_env(p)]
+def _assert_most_fit(path, max_turns: int, need: list) -> None:
+  fit = sum(n <= max_turns for n in need) / len(need)
+  assert fit >= 0.5, (f"{os.path.basename(path)}: rollout.max_turns={max_turns} fits "
+                      f"{fit:.0%} of expert plans (turns needed: {sorted(need)})")
 
 
 @pytest.mark.parametrize("path", JAX_CONFIGS, ids=[os.path.basename(p) for p in JAX_CONFIGS])
@@ -49,9 +52,7 @@ def test_tiny_turns_fit_most_expert_plans(path):
     except Exception:  # noqa: BLE001 — an unsolvable sample says nothing about the horizon
       continue
   assert need, f"{c.env.name}: the solver solved none of 32 sampled tasks"
-  fit = sum(n <= c.rollout.max_turns for n in need) / len(need)
-  assert fit >= 0.5, (f"{os.path.basename(path)}: rollout.max_turns={c.rollout.max_turns} fits "
-                      f"{fit:.0%} of expert plans (turns needed: {sorted(need)})")
+  _assert_most_fit(path, c.rollout.max_turns, need)
 
 
 @pytest.mark.parametrize("path", [p for p in CONFIGS if "frozenlake" in os.path.basename(p)])
@@ -67,12 +68,6 @@ def test_frozenlake_turns_fit_the_shortest_paths(path):
       f"{c.env.kwargs.max_steps}, {c.rollout.max_turns} turns x {per_turn} actions")
 
 
-HOST_CONFIGS = [p for p in CONFIGS
-                if (lambda c: c is not None and c.env.name.startswith("host:"))(_config(p))]
-HOST_PACKAGES = {"host:textworld_express": "textworld_express", "host:scienceworld":
-                 "scienceworld", "host:alfworld": "alfworld", "host:textworld": "textworld"}
-
-
 @pytest.mark.parametrize("path", HOST_CONFIGS, ids=[os.path.basename(p) for p in HOST_CONFIGS])
 def test_host_tiny_turns_fit_most_of_the_games_expert_plans(path):
   """A host config's SFT demos (data/host_demos.py) replay its games' expert plans, one turn
@@ -80,20 +75,19 @@ def test_host_tiny_turns_fit_most_of_the_games_expert_plans(path):
   turns for TWX's 8-12-command gold paths, replayed 6% of its demos to success). A command
   too long for `rollout.max_action_tokens` is already a start-up error (data/scripted.py)."""
   import numpy as np
-  from agent_rl.envs.host.build import make_env
+  from agent_rl.envs.host.build import adapter_name, make_env
   from agent_rl.rollout.compiled import episode_keys
+  from agent_rl.train.sft import DEMO_SEED_BASE
   c = _config(path)
-  pytest.importorskip(HOST_PACKAGES.get(c.env.name, "agent_rl"))
+  pytest.importorskip(adapter_name(c.env.name))  # the adapters are named for their packages
   c.env.host.workers = 0
   c.rollout.num_tasks, c.rollout.group_size, c.eval.num_tasks = 4, 1, 1  # a pool of 4 games
   env = make_env(c, ByteTokenizer())
   try:
-    tasks = np.asarray(sample_tasks(env, [1_000_000 + i for i in range(4)]))
+    tasks = np.asarray(sample_tasks(env, [DEMO_SEED_BASE + i for i in range(4)]))
     keys, _, _ = episode_keys(jax.random.key(0), len(tasks), 1)
     plans = [p for p in env.expert_plans(tasks, np.asarray(keys)) if p]
   finally:
     env.close()
   assert plans, f"{os.path.basename(path)}: no expert plan for 4 training games"
-  fit = sum(len(p) <= c.rollout.max_turns for p in plans) / len(plans)
-  assert fit >= 0.5, (f"{os.path.basename(path)}: rollout.max_turns={c.rollout.max_turns} fits "
-                      f"{fit:.0%} of the plans ({sorted(map(len, plans))} commands)")
+  _assert_most_fit(path, c.rollout.max_turns, [len(p) for p in plans])

@@ -9,9 +9,9 @@ Game i lives in worker `i % workers` for the whole run (interleaved, so any pref
 games, e.g. the smaller evaluation batch, is spread over all workers); a game that starts a
 JVM (ScienceWorld) keeps it across episodes. Workers are `spawn`ed: JAX is not fork-safe and
 the parent holds its threads. A worker that dies (a JVM crash, `kill -9`) or sends no reply
-for `step_timeout_s` per item of its oldest outstanding request (a game that never returns) is
-killed and started afresh; each item it owed becomes `Failed(reason)`, and its other games lost their
-state, so their next step is `Failed` too until they are reset. The run goes on; the env
+for `step_timeout_s` per item of its oldest outstanding request (a game that never returns)
+is killed and started afresh; each item it owed becomes `Failed(reason)`, and its other games
+lost their state, so their next step is `Failed` too until they are reset. The run goes on; the env
 (text_env.py) ends those episodes with `fatal` / `worker_failed`.
 
 `workers=0` runs the games in this process, one after another (the sequential path: no
@@ -102,7 +102,8 @@ class Ticket:
 class GamePool:
   """`num_games` games from `factory()` (picklable: a class or functools.partial), in
   `workers` processes (0: in-process). step_timeout_s: the longest a worker may go without a
-  reply while it owes one, per item of the request it owes; start_timeout_s: for building a worker's games."""
+  reply while it owes one, per item of the request it owes; start_timeout_s: for building a
+  worker's games."""
 
   def __init__(self, factory: Callable[[], Any], num_games: int, *, workers: int = 0,
                step_timeout_s: float = 60.0, start_timeout_s: float = 300.0):
@@ -211,7 +212,7 @@ class GamePool:
       # one deadline for the whole slice failed them by the load, not the game, and the
       # run's SFT demos then depended on the machine's load).
       owed = w.pending[0][1] if w.pending else 1
-      left = w.clock + self.step_timeout_s * max(owed, 1) - time.perf_counter()
+      left = w.clock + self.step_timeout_s * owed - time.perf_counter()
       try:
         ready = w.conn.poll(max(left, 0.0))
         if not ready:
