@@ -80,9 +80,13 @@ def _use(runner, env):
   return runner
 
 
-def measure(runner, env, params, tasks, key, repeats: int) -> dict:
+def measure(runner, env, params, tasks, key, repeats: int, warmup: int = 3) -> dict:
+  """Best of `repeats` rollouts after `warmup` untimed ones (the first compiles; fresh worker
+  JVMs run their first few hundred steps interpreted, which a run's thousands of steps do not
+  see)."""
   _use(runner, env)
-  runner(params, tasks, key)  # warm-up (and compile, the first time)
+  for w in range(warmup):
+    runner(params, tasks, jax.random.fold_in(key, 1000 + w))
   best, tm = float("inf"), None
   for r in range(repeats):
     tok0 = env.stats["tokenize_s"]
@@ -124,17 +128,24 @@ def bench_game(name, kwargs, policy, params, cfg, runners, repeats, workers_list
   return out
 
 
+def steps_per_s(reset, step, steps: int) -> float:
+  """Steps/s of `step("look")` (done -> reset()), timed after as many untimed warm-up steps:
+  a fresh JVM runs its first steps interpreted, which would measure its JIT, not the step."""
+  reset()
+  for _ in range(2):  # the warm-up pass, then the timed one
+    t = time.perf_counter()
+    for _ in range(steps):
+      if step("look"):
+        reset()
+  return steps / (time.perf_counter() - t)
+
+
 def raw_steps_per_s(name, kwargs, steps: int) -> float:
   """Adapter steps/s in this process (one game, the same raw command): the adapter cost."""
   g = ADAPTERS.get(name)(**kwargs)
   try:
     tid = list(g.task_ids("train"))[0]
-    g.reset(tid, 0)
-    t = time.perf_counter()
-    for i in range(steps):
-      if g.step("look").done:
-        g.reset(tid, i)
-    return steps / (time.perf_counter() - t)
+    return steps_per_s(lambda: g.reset(tid, 0), lambda c: g.step(c).done, steps)
   finally:
     g.close()
 
@@ -149,29 +160,21 @@ def _raw_textworld(kwargs, steps: int) -> float:
     game.close()
   env = tw.start(path, request_infos=tw.EnvInfos(**REQUEST_INFOS))
   try:
-    env.reset()
-    t = time.perf_counter()
-    for _ in range(steps):
-      if env.step("look")[2]:
-        env.reset()
-    return steps / (time.perf_counter() - t)
+    return steps_per_s(env.reset, lambda c: env.step(c)[2], steps)
   finally:
     env.close()
 
 
 def _raw_textworld_express(kwargs, steps: int) -> float:
-  """`textworld_express` itself (one JVM env, the adapter's game and first train seed)."""
+  """`textworld_express` itself: its Python `TextWorldExpressEnv` (one JVM, one game), the
+  adapter's game and first train seed."""
   from agent_rl.envs.host.textworld_express import import_twx
   env = import_twx().TextWorldExpressEnv(envStepLimit=10 ** 9)
   try:
     env.load(kwargs.get("game", "cookingworld"), kwargs.get("params", ""))
     seed = list(env.getValidSeedsTrain())[0]
-    env.reset(seed=seed, gameFold="train")
-    t = time.perf_counter()
-    for _ in range(steps):
-      if env.step("look")[2]:
-        env.reset(seed=seed, gameFold="train")
-    return steps / (time.perf_counter() - t)
+    return steps_per_s(lambda: env.reset(seed=seed, gameFold="train"),
+                       lambda c: env.step(c)[2], steps)
   finally:
     env.close()
 
@@ -183,7 +186,7 @@ def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--quick", action="store_true", help="one repeat, 1 and 2 workers, toy only")
   ap.add_argument("--games", default="toy,textworld,textworld_express")
-  ap.add_argument("--repeats", type=int, default=2)
+  ap.add_argument("--repeats", type=int, default=3)
   args = ap.parse_args()
   load_adapters()
   policy, params = tiny_policy()

@@ -12,18 +12,24 @@ State key: TWX exposes the world only as a JSON object tree fetched through a te
 extra JVM round trip that costs as much as a step, so the key is None (the host env hashes
 the observation text) unless `state_from_tree=True`. Games are deterministic given the seed:
 `reset`'s seed does not change the game.
+
+The adapter talks to TWX's Scala `PythonInterface` (the server the package's Python wrapper
+calls) on one JVM shared by every game of the process (jvm.py), not through the wrapper's
+`TextWorldExpressEnv`, which starts a JVM per game and makes a second JVM call on every step
+(the task description, which we fetch once per reset).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import shutil
+import tempfile
 from typing import Optional, Sequence
 
+from agent_rl.envs.host import jvm
 from agent_rl.envs.host.game import ADAPTERS, GameObs, GameStep
 
 FOLDS = ("train", "dev", "test")
-_STEP_LIMIT = 10 ** 9   # the host env owns max_steps; TWX's own limit would end episodes early
 INSTRUCTION = ("You are playing a TextWorld-Express text game ({game}). The first observation "
                "states your task. Reply with one text command per turn, for example: look "
                "around, open fridge, take cookbook.")
@@ -61,7 +67,7 @@ class TextWorldExpressGame:
 
   def __init__(self, *, game: str = "cookingworld", params: str = "",
                num_tasks: Optional[int] = None, state_from_tree: bool = False):
-    twx = import_twx()
+    import_twx()
     from textworld_express.constants import GAME_NAMES
     if game not in GAME_NAMES:
       raise ValueError(f"textworld_express.game {game!r} is not a TWX game; known: {GAME_NAMES}")
@@ -71,12 +77,21 @@ class TextWorldExpressGame:
                                   or num_tasks < 1):
       raise ValueError(f"textworld_express.num_tasks must be None or an int >= 1, got {num_tasks!r}")
     require_java("textworld_express")
+    from textworld_express.constants import BASEPATH, JAR_PATH
     self.game, self.params, self.num_tasks = game, params, num_tasks
     self.state_from_tree = state_from_tree
-    self._env = twx.TextWorldExpressEnv(envStepLimit=_STEP_LIMIT)
-    self._env.load(game, params)
-    self._seeds = {"train": self._env.getValidSeedsTrain, "dev": self._env.getValidSeedsDev,
-                   "test": self._env.getValidSeedsTest}
+    self._jar, self._server, self._tree_file = JAR_PATH, None, None
+    gateway = jvm.acquire(JAR_PATH, cwd=BASEPATH)
+    self._server = gateway.jvm.textworldexpress.runtime.PythonInterface()
+    msg = self._server.load(game, params)
+    if not msg:  # TWX accepts some bad values silently ("numLocations=x"); its games then say:
+      first = json.loads(self._server.generateNewGameJSON(0, "train", False))["observation"]
+      msg = first if first.startswith("ERROR") else ""
+    if msg:
+      self.close()
+      raise ValueError(f"textworld_express.params {params!r} for {game!r}: {msg.strip()}")
+    self._seeds = {"train": self._server.getSeedsTrain, "dev": self._server.getSeedsDev,
+                   "test": self._server.getSeedsTest}
     self._score = 0.0
     self._task = ""
     self._ready = False
@@ -103,17 +118,26 @@ class TextWorldExpressGame:
     """The current game's task description (after a reset)."""
     return self._task
 
+  def _tree_key(self) -> bytes:
+    """Digest of the world's object tree (TWX writes it to a file we name)."""
+    if self._tree_file is None:
+      self._tree_file = tempfile.NamedTemporaryFile(prefix="twx_tree_")
+    msg = self._server.getObjectTree(self._tree_file.name)
+    if msg:
+      raise RuntimeError(f"textworld_express: object tree: {msg}")
+    self._tree_file.seek(0)
+    return text_key(json.dumps(json.loads(self._tree_file.read()), sort_keys=True))
+
   def _obs(self, text: str, infos) -> GameObs:
-    key = None
-    if self.state_from_tree:
-      key = text_key(json.dumps(self._env.getObjectTree(), sort_keys=True))
+    key = self._tree_key() if self.state_from_tree else None
     return GameObs(text=text, admissible=tuple(infos["validActions"]), state_key=key)
 
   def reset(self, task_id: str, seed: int, *, gold: bool = False) -> GameObs:
     del seed  # the game is fixed by its TWX seed (in the task id)
     fold, game_seed = self.parse_task(task_id)
-    _, infos = self._env.reset(seed=game_seed, gameFold=fold, generateGoldPath=gold)
-    self._score, self._task, self._ready = float(infos["score"]), infos["taskDescription"], True
+    infos = json.loads(self._server.generateNewGameJSON(game_seed, fold, gold))
+    self._task = self._server.getTaskDescription()
+    self._score, self._ready = float(infos["score"]), True
     # TWX's first observation is the room alone; its task description is a separate call,
     # so it opens the text (the agent must see its goal; the TWX paper's agents get it too).
     return self._obs(f"{self._task}\n\n{infos['observation']}", infos)
@@ -121,10 +145,9 @@ class TextWorldExpressGame:
   def step(self, command: str) -> GameStep:
     if not self._ready:
       raise RuntimeError("textworld_express: step before reset")
-    # "help" is answered by the Python wrapper without a step (it returns the previous infos);
-    # the model's text goes to the game as it is otherwise (TWX answers unknown commands itself).
-    text, _, _, infos = self._env.step(" ".join(command.split()))
-    score = float(infos["score"])
+    # The model's text goes to the game as it is (TWX answers unknown commands itself).
+    infos = json.loads(self._server.stepJSON(" ".join(command.split())))
+    text, score = infos["observation"], float(infos["score"])
     delta, self._score = score - self._score, score
     won, lost = bool(infos["tasksuccess"]), bool(infos["taskfailure"])
     return GameStep(obs=self._obs(text, infos), score_delta=delta, done=won or lost, won=won,
@@ -133,12 +156,12 @@ class TextWorldExpressGame:
   def expert(self, task_id: str, seed: int) -> list[str]:
     """TWX's gold action sequence for the game (leaves the game reset to its start)."""
     self.reset(task_id, seed, gold=True)
-    return list(self._env.getGoldActionSequence())
+    return list(self._server.getGoldActionSequence())
 
   def close(self) -> None:
-    if getattr(self, "_env", None) is not None:
-      self._env.close()
-      # Its __del__ closes again, at interpreter exit when py4j's logging is gone: make that a
-      # no-op (an instance attribute shadows the method).
-      self._env.close = lambda: None
-      self._env = None
+    if getattr(self, "_server", None) is not None:
+      server, self._server = self._server, None
+      jvm.release(self._jar, server)
+    if getattr(self, "_tree_file", None) is not None:
+      self._tree_file.close()
+      self._tree_file = None

@@ -155,6 +155,47 @@ def test_twx_expert_wins_like_the_raw_game(twx):
   raw.close()
 
 
+def test_twx_games_of_a_process_share_one_jvm_and_play_as_if_alone(twx):
+  """Games on one JVM (one `PythonInterface` each, jvm.py) stepped in turn play exactly as the
+  package's own envs, one JVM each; the JVM closes with the last game of the process."""
+  import textworld_express
+  from agent_rl.envs.host import jvm
+  other = twx_mod.TextWorldExpressGame(game="cookingworld", params=TWX_PARAMS, num_tasks=2)
+  assert jvm.live_jvms() == 1
+  tasks = [twx.task_ids("train")[0], twx.task_ids("dev")[1]]
+  games, raws = [twx, other], []
+  for t in tasks:
+    fold, seed = twx.parse_task(t)
+    raw = textworld_express.TextWorldExpressEnv(envStepLimit=10 ** 9)
+    raw.load("cookingworld", TWX_PARAMS)
+    obs, infos = raw.reset(seed=seed, gameFold=fold)
+    raws.append(raw)
+    assert games[len(raws) - 1].reset(t, 0).text == f"{infos['taskDescription']}\n\n{obs}"
+  plans = [other.expert(t, 0) for t in tasks]
+  for g, t in zip(games, tasks):
+    g.reset(t, 0)
+  last = [None, None]
+  for i in range(max(map(len, plans))):   # interleaved: game 0, game 1, game 0, ...
+    for k, (g, raw, plan) in enumerate(zip(games, raws, plans)):
+      if i < len(plan):
+        last[k] = step = g.step(plan[i])
+        text, _, _, infos = raw.step(plan[i])
+        assert (step.obs.text, step.obs.admissible) == (text, tuple(infos["validActions"]))
+        assert step.extras["score"] == infos["score"]
+  assert all(s.won for s in last)
+  other.close()
+  assert jvm.live_jvms() == 1   # twx (the module fixture) still holds it
+  for r in raws:
+    r.close()
+
+
+def test_twx_bad_params_name_the_field():
+  pytest.importorskip("textworld_express")
+  for params in ("numLocations=zzz", "foo=3", "numLocations=99"):  # silent, unknown, too big
+    with pytest.raises(ValueError, match="textworld_express.params"):
+      twx_mod.TextWorldExpressGame(game="cookingworld", params=params)
+
+
 def test_twx_malformed_commands_are_game_text(twx):
   task = twx.task_ids("train")[0]
   for cmd in BAD_COMMANDS + ("help",):
