@@ -305,6 +305,10 @@ def rl_phase(run: Run, prog: Progress) -> dict:
   while prog.meta.iteration < run.iterations:
     t0 = time.perf_counter()
     rows, rmetrics, batch, shaper_state, k_upd = rl_batch(run, prog, prog.meta.iteration)
+    # Where the iteration goes (rollout and credit vs the update): the rows are waited for,
+    # which the update would do anyway.
+    jax.block_until_ready(rows)
+    t_rows = time.perf_counter() - t0
     run.ckpt.wait()  # the async save overlapped the rollout; the update donates the state
     state, umetrics = run.rl_update(prog.state, run.spec.place.batch(rows), k_upd)
     meta = dataclasses.replace(prog.meta, iteration=prog.meta.iteration + 1,
@@ -312,6 +316,8 @@ def rl_phase(run: Run, prog: Progress) -> dict:
     m = to_host({**rmetrics, **umetrics,
                  "rollout/reward": jnp.mean(jnp.sum(batch.reward * batch.valid, axis=1))})
     m["time/iteration_s"] = time.perf_counter() - t0
+    m["time/rollout_s"] = t_rows      # rollout, scoring passes, credit
+    m["time/update_s"] = m["time/iteration_s"] - t_rows  # the updates (and the save's wait)
     m["time/gen_tokens_per_s"] = m["rollout/gen_tokens"] / m["time/iteration_s"]
     if c.train.halt_on_nan:
       check_finite(meta.global_step, m)

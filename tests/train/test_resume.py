@@ -43,6 +43,11 @@ def test_corrupt_latest_checkpoint_falls_back(tmp_path, capsys):
   assert f"checkpoint step {latest}" in out and "corrupt" in out
   assert os.path.isdir(os.path.join(wd, "checkpoints_corrupt", str(latest)))  # kept, not deleted
   assert [r["step"] for r in _records(wd) if "rollout/success" in r] == [1, 2, 3]
+  with open(os.path.join(wd, "metrics.jsonl")) as f:  # an iteration's time, split in two
+    times = [r for r in map(json.loads, f) if "time/iteration_s" in r]
+  for r in times:
+    assert r["time/rollout_s"] > 0 and r["time/update_s"] > 0
+    assert r["time/rollout_s"] + r["time/update_s"] == pytest.approx(r["time/iteration_s"])
 
 
 def test_evaluate_from_checkpoint_alone_matches_the_run(tmp_path):
