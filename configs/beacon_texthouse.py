@@ -16,8 +16,8 @@ defaults are 1 and 0.99).
 
 Paper numbers: none recalled reliably for this repo (verify in the paper); the claim is that
 milestone credit beats episode-level GRPO on long ALFWorld/WebShop/SciWorld tasks. Expected
-direction: BEACON > GRPO, more so on `long`. tiny: measured over 3 seeds in the README
-("Agentic worlds"); say so there when it does not show.
+direction: BEACON > GRPO, more so on `long`. tiny: not measured yet (README "Not yet": the
+3-seed row is not run).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config

@@ -16,8 +16,8 @@ Paper numbers [G: recalled from the GiGPO paper's WebShop table and not re-check
 access): verify before citing]: Qwen2.5-1.5B-Instruct, score / success: PPO ~74 / ~52, RLOO
 ~74 / ~52, GRPO ~76 / ~57, GiGPO ~84 / ~67 [G]. Expected direction: GiGPO > GRPO.
 
-tiny (2-core CPU): measured over 3 seeds in the README ("Agentic worlds"); at this size the
-SFT warm start on solver demos carries most of the success.
+tiny (2-core CPU): not measured yet (README "Not yet": the 3-seed row is not run); expect the
+SFT warm start on solver demos to carry most of the success at this size.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config

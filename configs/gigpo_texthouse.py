@@ -21,9 +21,8 @@ access): verify before citing]: Qwen2.5-1.5B-Instruct, ALFWorld "All" success: P
 ~54%, RLOO ~70%, GRPO ~73%, GiGPO ~86% [G]. Expected direction: GiGPO > GRPO >= RLOO > PPO.
 
 tiny (2-core CPU, SFT warm start on 256 solver demos, then 30 RL iterations): whether the
-direction shows at this scale is measured over 3 seeds in the README ("Agentic worlds") — the
-SFT warm start does most of the work at this size; the RL methods differ by less than the
-seed spread unless stated there.
+direction shows at this scale is not measured yet (README "Not yet": the 3-seed row is not run);
+expect the SFT warm start to do most of the work at this size.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config

@@ -19,8 +19,11 @@ Paper numbers. Verified (abstract): over strong baselines on seven knowledge-int
 sets, +15.2% (3B) and +2.2% (7B). Expected direction: PiCA >= GRPO on held-out EM, with the
 gap largest on multi-hop questions and small models.
 
-tiny (2-core CPU): the direction is to be measured (3 seeds); say so honestly if it does not
-show at this scale.
+tiny (2-core CPU; search_r1_kbqa's SFT warm start, then 30 RL iterations; measured 2026-12-04,
+3 seeds, `python launch/reproduce.py --paper=pica_kbqa --scale=tiny --seeds=3`): held-out EM
+0.750 (0.734, 0.812, 0.703) vs GRPO 0.734 (0.734, 0.781, 0.688), both from 0.667 after SFT;
+PiCA - GRPO = +0.016, 95% interval [-0.103, +0.135]: the paper's sign, not significant at 3
+seeds. The GRPO arm is search_r1_kbqa's GRPO runs (the same config and seeds, reused).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config

@@ -15,7 +15,7 @@ to internalize the skill (the paper's point: skill-free inference after training
 Evaluation is skill-free (the eval tasks have no skill flag), which is what the paper reports.
 
 Paper numbers: none recalled for this repo. Expected direction: SkillC's skill-free success
-> GRPO's. tiny: measured over 3 seeds in the README ("Agentic worlds").
+> GRPO's. tiny: not measured yet (README "Not yet": the 3-seed row is not run).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config

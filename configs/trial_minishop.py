@@ -13,9 +13,9 @@ so credit in a successful episode concentrates on the tokens the informed teache
   python -m agent_rl.train --config=configs/trial_minishop.py:tiny,grpo --workdir=/tmp/grpo
   variants: grpo (no hindsight pass, the baseline), bonus (A' = A + beta * g instead), full.
 
-Cost: one extra forward over the batch per iteration (the teacher pass; no second model).
-Paper numbers: none recalled for this repo. Expected direction: TRIAL > GRPO in held-out
-success / score. tiny: measured over 3 seeds in the README ("Agentic worlds"); at tiny scale the
+Cost: one extra forward over the batch per iteration (the teacher pass; no second model). Paper
+numbers: none recalled for this repo. Expected direction: TRIAL > GRPO in held-out success /
+score. tiny: not measured yet (README "Not yet": the 3-seed row is not run); at tiny scale the
 untrained teacher's gap is mostly noise until the policy can read the privileged text.
 """
 from agent_rl.eval.reproduce import Comparison

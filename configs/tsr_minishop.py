@@ -16,7 +16,7 @@ buying now would score), so search steers towards matching items before Buy Now.
 
 Cost: n x generation per turn. Expected direction: TSR rollouts have higher rollout success
 than plain ones at the same policy, and training on them improves held-out (plain, greedy)
-success over GRPO. tiny: measured over 3 seeds in the README ("Agentic worlds").
+success over GRPO. tiny: not measured yet (README "Not yet": the 3-seed row is not run).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
