@@ -82,7 +82,11 @@ class TextWorldExpressGame:
     self.state_from_tree = state_from_tree
     self._jar, self._server, self._tree_file = JAR_PATH, None, None
     gateway = jvm.acquire(JAR_PATH, cwd=BASEPATH)
-    self._server = gateway.jvm.textworldexpress.runtime.PythonInterface()
+    try:
+      self._server = gateway.jvm.textworldexpress.runtime.PythonInterface()
+    except Exception:
+      jvm.release(JAR_PATH)
+      raise
     msg = self._server.load(game, params)
     if not msg:  # TWX accepts some bad values silently ("numLocations=x"); its games then say:
       first = json.loads(self._server.generateNewGameJSON(0, "train", False))["observation"]

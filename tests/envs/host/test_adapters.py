@@ -189,6 +189,24 @@ def test_twx_games_of_a_process_share_one_jvm_and_play_as_if_alone(twx):
     r.close()
 
 
+def test_twx_state_from_tree_keys_the_world_not_the_text():
+  """`state_from_tree`: the key is a digest of TWX's object tree: the same after a reset and
+  after a look (the world did not change), another once an object moved."""
+  pytest.importorskip("textworld_express")
+  g = twx_mod.TextWorldExpressGame(game="cookingworld", params=TWX_PARAMS, num_tasks=2,
+                                   state_from_tree=True)
+  try:
+    task = g.task_ids("train")[0]
+    first = g.reset(task, 0)
+    start = first.state_key
+    assert isinstance(start, bytes) and g.reset(task, 1).state_key == start
+    looked = g.step("look around")
+    assert looked.obs.state_key == start and looked.obs.text != first.text
+    assert g.step("take cookbook").obs.state_key != start
+  finally:
+    g.close()
+
+
 def test_twx_bad_params_name_the_field():
   pytest.importorskip("textworld_express")
   for params in ("numLocations=zzz", "foo=3", "numLocations=99"):  # silent, unknown, too big
