@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -206,6 +207,26 @@ def test_a_baseline_shared_with_another_row_is_reused_not_rerun(toy):
   fake2.calls.clear()
   rep.reproduce(pc2, "tiny", 3, rdir, runner=fake2, echo=lambda s: None)
   assert fake2.calls == []
+
+
+def test_a_kwarg_only_one_row_sets_makes_another_experiment_not_a_twin(toy):
+  """toy3's B arm sets an env kwarg toy's B leaves to the env's default (carl_kbqa's
+  parametric_frac vs search_r1_kbqa): trained, not linked; and a run dir linked by the old
+  rule (a kwarg the saved run lacks passed as a "new default") is refused, naming it."""
+  cdir, rdir = toy
+  with open(os.path.join(cdir, "toy3.py"), "w") as f:
+    f.write(TOY.replace('  c.train.iterations, c.sft.steps = 3, 2',
+                        '  c.train.iterations, c.sft.steps = 3, 2\n'
+                        '  c.env.kwargs.max_steps = 7'))
+  pc, pc3 = rep.load("toy", cdir), rep.load("toy3", cdir)
+  rep.reproduce(pc, "tiny", 1, rdir, runner=FakeRun(pc), echo=lambda s: None)
+  fake3, said = FakeRun(pc3), []
+  rep.reproduce(pc3, "tiny", 1, rdir, runner=fake3, echo=said.append)
+  assert sorted(fake3.calls) == [("B", 0), ("M", 0)] and not any("reuse" in s for s in said)
+  shutil.rmtree(os.path.join(rdir, "toy3", "B", "seed0"))
+  runs.link_twin(os.path.join(rdir, "toy3", "B", "seed0"), os.path.join(rdir, "toy", "B", "seed0"))
+  with pytest.raises(runs.StaleRunError, match=r"env.kwargs.max_steps: '\(unset\)' there, 7 here"):
+    rep.reproduce(pc3, "tiny", 1, rdir, runner=fake3, echo=lambda s: None)
 
 
 def test_another_config_in_a_run_dir_is_refused_naming_fields(toy):

@@ -37,6 +37,7 @@ from typing import Callable, Optional, Sequence
 from etils import epath
 
 from agent_rl.eval.reproduce.comparison import PaperConfig
+from agent_rl.train.config import is_free_dict
 
 RESULTS_DIR = os.path.join("benchmarks", "results", "reproduce")
 TIME_FILE = "reproduce_time.json"  # seconds the harness spent running this workdir, summed
@@ -180,9 +181,24 @@ def _flat(d, prefix=""):
   return out
 
 
+def _in_free_dict(key: str) -> bool:
+  """A flat key inside a kwargs block (env.kwargs.x, credit.kwargs.y, ...)."""
+  return any(is_free_dict(part) for part in key.split(".")[:-1])
+
+
+def config_differences(saved: dict, want: dict) -> list[str]:
+  """Flat keys where a saved run's config differs from `want`. A typed field the saved run
+  lacks is a default added to base_config since, not compared; a kwargs entry that only one
+  side sets is a difference (the other ran the function's own default: an env kwarg set by
+  one config and not the other is another experiment, not a new default)."""
+  bad = [k for k in want if k in saved and saved[k] != want[k]]
+  bad += [k for k in set(want) ^ set(saved) if _in_free_dict(k)]
+  return sorted(set(bad))
+
+
 def check_same_config(c, workdir: str) -> None:
   """Raises StaleRunError naming the fields where workdir/config.json differs from `c`
-  (fields the saved run lacks are new defaults and are not compared)."""
+  (config_differences)."""
   path = epath.Path(workdir) / "config.json"
   if not path.exists():
     return
@@ -191,9 +207,10 @@ def check_same_config(c, workdir: str) -> None:
   if ((want.get("distill.coef", 0) > 0 or want.get("distill.intervene", 0) > 0)
       and not want.get("tokenizer.path")):
     want.pop("tokenizer.path")  # run() fills it with the teacher's tokenizer before saving
-  bad = sorted(k for k in want if k in saved and saved[k] != want[k])
+  bad = config_differences(saved, want)
   if bad:
-    shown = ", ".join(f"{k}: {saved[k]!r} there, {want[k]!r} here" for k in bad[:6])
+    shown = ", ".join(f"{k}: {saved.get(k, '(unset)')!r} there, {want.get(k, '(unset)')!r} here"
+                      for k in bad[:6])
     raise StaleRunError(f"{workdir}: holds a run of another config ({shown}); delete it or "
                         "use another --results_dir")
 
@@ -217,8 +234,8 @@ def _saved_config(workdir) -> Optional[dict]:
 
 def twin(c, workdir: str) -> Optional[str]:
   """A finished run of exactly config `c` elsewhere in the same results dir
-  (`<results>/<paper>/<arm>/seed<k>`): every field its config.json records equals `c`'s (a
-  field it lacks is a default added since, as `check_same_config` reads it), or None."""
+  (`<results>/<paper>/<arm>/seed<k>`): no `config_differences` between its config.json and
+  `c`, or None."""
   if "://" in workdir:  # a bucket has no symlinks: such rows train every arm
     return None
   wd = epath.Path(workdir)
@@ -230,9 +247,8 @@ def twin(c, workdir: str) -> Optional[str]:
     if os.path.islink(str(cand)) or os.path.realpath(str(cand)) == os.path.realpath(workdir):
       continue
     saved = _saved_config(cand)
-    # Fields a saved run lacks are defaults added since (check_same_config's rule).
-    if (saved is not None and all(k in want and want[k] == v for k, v in saved.items())
-        and status(c, str(cand))[0] == "done"):
+    if (saved is not None and all(k in want for k in saved)
+        and not config_differences(saved, want) and status(c, str(cand))[0] == "done"):
       return str(cand)
   return None
 
