@@ -25,8 +25,15 @@ questions while ~10 EM more accurate on them; the critic separates parametric fr
 tool-dependent questions with AUC 0.93 (7B). Expected direction: CARL >= GRPO on EM, and
 fewer calls per parametric episode than GRPO.
 
-tiny (2-core CPU): the direction is to be measured (3 seeds); say so honestly if it does not
-show at this scale.
+tiny (2-core CPU; search_r1_kbqa's SFT warm start and 30 RL iterations, half the questions
+parametric; measured 2026-12-04, 3 seeds, `python launch/reproduce.py --paper=carl_kbqa
+--scale=tiny --seeds=3`): **the paper's direction does not show.** Held-out EM CARL 0.635
+(0.656, 0.703, 0.547) vs GRPO 0.729 (0.766, 0.750, 0.672), both from 0.682 after SFT: CARL -
+GRPO = -0.094 [-0.258, +0.070], n.s.; RL lowered CARL's EM by 0.047 while GRPO gained 0.047
+(the segment critic, trained from scratch on the shared trunk in 30 iterations, is a noisier
+baseline than the group mean here). Searches per parametric episode (last iteration's
+rollouts): CARL 0.024, GRPO 0.000: the SFT policy already answers parametric questions
+without a search (the expert plans do), so the second claim has no room at this scale.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
