@@ -6,8 +6,9 @@
     results = pool.wait(ticket)     # GameStep / GameObs per item, or `Failed`
 
 Game i lives in worker `i % workers` for the whole run (interleaved, so any prefix of the
-games, e.g. the smaller evaluation batch, is spread over all workers); a game that starts a
-JVM (ScienceWorld) keeps it across episodes. Workers are `spawn`ed: JAX is not fork-safe and
+games, e.g. the smaller evaluation batch, is spread over all workers); a game's JVM lives
+across episodes (ScienceWorld: one per game; TextWorld-Express: one per worker, shared by its
+games, envs/host/jvm.py). Workers are `spawn`ed: JAX is not fork-safe and
 the parent holds its threads. A worker that dies (a JVM crash, `kill -9`) or sends no reply
 for `step_timeout_s` per item of its oldest outstanding request (a game that never returns)
 is killed and started afresh; each item it owed becomes `Failed(reason)`, and its other games
