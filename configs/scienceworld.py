@@ -1,12 +1,12 @@
 """GRPO (or PPO) on ScienceWorld, the real simulator through the host bridge (Wang et al., 2022,
 "ScienceWorld: Is your Agent Smarter than a 5th Grader?", arXiv:2203.07540).
 
-ScienceWorld runs in a JVM (its jar ships in the wheel; Java 17), one per game (two games
-cannot share one: envs/host/jvm.py), kept across episodes in the game's worker process. Tasks are (task name, variation); splits are ScienceWorld's own
-train / dev / test variations. The adapter lists `info["valid"]`'s admissible actions after
-each observation, the reward is the change of the task score (0-100; `env.host.score_scale`
-0.01 makes an episode's return its final score / 100, on the scale of the invalid-action
-penalty -0.1), success is the task's completion.
+ScienceWorld runs in a JVM (its jar ships in the wheel; Java 17), one per game (two games cannot
+share one: envs/host/jvm.py), kept across episodes in the game's worker process. Tasks are (task
+name, variation); splits are ScienceWorld's own train / dev / test variations. The adapter lists
+`info["valid"]`'s admissible actions after each observation, the reward is the change of the
+task score (0-100; `env.host.score_scale` 0.01 makes an episode's return its final score / 100,
+on the scale of the invalid-action penalty -0.1), success is the task's completion.
 
   bash launch/install.sh host        # scienceworld (and Java 17)
   python -m agent_rl.train --config=configs/scienceworld.py:tiny --workdir=/tmp/sciworld
