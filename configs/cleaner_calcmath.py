@@ -27,8 +27,14 @@ on a synthetic calculator task; OpenSearch-VL's fatal-aware rule is a design wit
 number we hold. Expected direction: purify >= GRPO on held-out success and fewer tool errors
 per episode (`rollout/tools/errors_per_episode`); fatal-aware >= GRPO when faults are on.
 
-tiny (2-core CPU): the SFT warm start on solver plans carries most of the success at this
-size; RL's direction over 3 seeds is to be measured, and may not show at this scale. The SFT
+tiny (2-core CPU; ~11 min a run beside another): measured over 3 seeds (2026-12-04,
+benchmarks/results/reproduce/cleaner_calcmath.md), **the direction does not show at this
+scale**: held-out success CLEANER 0.057 +- 0.009, fatal-aware 0.062 +- 0.016, GRPO 0.052 +-
+0.018 (all from 0.031 after SFT); CLEANER - GRPO +0.005 [-0.032, +0.043], CLEANER - fatal-aware
+-0.005 [-0.037, +0.027]. Tool errors per episode (last 5 iterations, mean over seeds; ~1.0 in
+the first 5) fall alike in every arm: CLEANER 0.65, fatal-aware 0.72, GRPO 0.64. At this size
+success is a few percent and RL adds +0.02-0.03, too little room for the credit rules to
+separate; the SFT
 demos need the trainer to take the env's plan turns as written (`plan_format`, see
 envs/calc_math/env.py), not wrapped in `<answer>`.
 """

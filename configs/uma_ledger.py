@@ -30,7 +30,9 @@ tiny (2-core CPU): 3 accounts, 3 chunks of 2 events, 3 questions (6 turns). Regi
 §2: RL, not the warm start, carries the learning): 60 SFT steps on solver turns (whole
 `<memory>` / `<answer>` turns, `env.plan_format`; replayed success 1.00) take held-out reward
 from -0.60 to ~0.42 (a QA turn answered right scores 1, so the ceiling is 3) and success (all
-three right) to ~0.02, then 30 RL iterations of 16 tasks x 8. The row:
+three right) to ~0.02, then 30 RL iterations of 8 tasks x 8 (16 x 8 cost ~75 s an iteration
+beside another run, ~40 min a run, over the issue's 10-minute tiny; the update of 6 windowed
+rows of ~500 tokens per episode is ~3/4 of an iteration). The row:
   python launch/reproduce.py --paper=uma_ledger --scale=tiny --seeds=3
 reports `eval/reward` (mean correct answers, less the format and tool-error penalties) and
 `eval/success`.
@@ -65,7 +67,8 @@ def get_config(arg: str | None = None):
   c.loss.name = "vanilla"
   c.loss.kwargs.clip_ratio_low = c.loss.kwargs.clip_ratio_high = 0.2
   if c.scale == "tiny":
-    c.rollout.max_action_tokens = 48
+    c.rollout.max_action_tokens = 48  # solver turns: at most 34 tokens (300 tasks), median 8
+    c.rollout.num_tasks = 8
     c.tokenizer.vocab_size = 1024
   else:
     c.rollout.max_action_tokens = 256
