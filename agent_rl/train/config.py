@@ -126,6 +126,10 @@ def base_config() -> mlc.ConfigDict:
   ))
   c.train = mlc.ConfigDict(dict(
       iterations=20, epochs=1, minibatch_episodes=64,
+      # > 1: each train step's batch (RL minibatch, SFT batch) in this many slices whose
+      # gradients are averaged into one update (train/step.py), and forward passes over the
+      # rollout in slices as large: memory / microbatches, the same updates.
+      microbatches=1,
       log_every=1, eval_every=5, ckpt_every=5, keep_checkpoints=3,
       halt_on_nan=True,
   ))
@@ -223,6 +227,14 @@ def validate(c: mlc.ConfigDict) -> None:
   need(c.train.minibatch_episodes >= 1 and n % c.train.minibatch_episodes == 0,
        "train.minibatch_episodes",
        f"{c.train.minibatch_episodes} must divide num_tasks*group_size = {n}")
+  k = c.train.get("microbatches", 1)
+  need(isinstance(k, int) and not isinstance(k, bool) and k >= 1
+       and c.train.minibatch_episodes % k == 0, "train.microbatches",
+       f"{k!r} must be an int >= 1 dividing train.minibatch_episodes "
+       f"({c.train.minibatch_episodes})")
+  if c.sft.steps:
+    need(c.sft.batch_size % k == 0, "train.microbatches",
+         f"{k!r} must divide sft.batch_size ({c.sft.batch_size}): the SFT step is split too")
   need(c.optim.lr > 0, "optim.lr", "must be > 0")
   need(c.optim.grad_accum >= 1, "optim.grad_accum", "must be >= 1")
   need(c.optim.schedule in ("constant", "cosine"), "optim.schedule",
@@ -406,6 +418,15 @@ def _validate_mesh(c: mlc.ConfigDict, need) -> None:
   need(c.train.minibatch_episodes % parts == 0, "train.minibatch_episodes",
        f"{c.train.minibatch_episodes} episodes per minibatch cannot be split over mesh "
        f"data x fsdp = {parts}")
+  k = c.train.get("microbatches", 1)
+  if isinstance(k, int) and k >= 1:  # the type is checked with the other train fields
+    need((c.train.minibatch_episodes // k) % parts == 0, "train.microbatches",
+         f"a micro-batch of {c.train.minibatch_episodes // k} episodes (minibatch_episodes / "
+         f"microbatches) cannot be split over mesh data x fsdp = {parts}")
+    if c.sft.steps:
+      need((c.sft.batch_size // k) % parts == 0, "train.microbatches",
+           f"an SFT micro-batch of {c.sft.batch_size // k} demos (sft.batch_size / "
+           f"microbatches) cannot be split over mesh data x fsdp = {parts}")
   if c.sft.steps:
     need(c.sft.batch_size % parts == 0, "sft.batch_size",
          f"{c.sft.batch_size} cannot be split over mesh data x fsdp = {parts}")

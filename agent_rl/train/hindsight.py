@@ -64,16 +64,21 @@ def row_logprobs(lm_graphdef, params, tok, pos, attn, priv: Text) -> jax.Array:
   return lp[:, priv.tokens.shape[1]:] * attn
 
 
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("mode", "chunks"))
 def privileged_logprobs(lm_graphdef, params, batch: EpisodeBatch, priv: Text,
-                        mode: str = "shared") -> jax.Array:
+                        mode: str = "shared", chunks: int = 1) -> jax.Array:
   """`[N, L]` log-probs of the batch's tokens under the policy with the privileged prefix;
-  with per-agent weights (`mode` lora | separate) each row under its acting agent's."""
+  with per-agent weights (`mode` lora | separate) each row under its acting agent's; `chunks`
+  slices of the prefixed rows at a time (`learner.map_row_chunks`)."""
   from agent_rl.agents.routing import route
-  from agent_rl.train.learner import _rows, row_agents
+  from agent_rl.train.learner import _rows, map_row_chunks, row_agents
+  from agent_rl.train.policy import policy_token_stats  # pulls in the models room
   tok, pos, attn, shape = _rows(batch)
-  lp = route(mode, lambda p: row_logprobs(lm_graphdef, p, tok, pos, attn, priv), params,
-             row_agents(batch), lm_only=True)
-  return lp.reshape(shape)
+  full = prefixed_rows(tok, pos, attn, priv)
+  lp = map_row_chunks(lambda t, q, a, g: route(
+      mode, lambda p: policy_token_stats(lm_graphdef, p, t, q, a)[0], params, g, lm_only=True),
+      chunks, *full, row_agents(batch))
+  return (lp[:, priv.tokens.shape[1]:] * attn).reshape(shape)
 
 
 def reweight(rows, teacher_logprobs: jax.Array, *, mode: str, beta: float, gap_clip: float,
@@ -115,7 +120,7 @@ def rescore(run, lm_params, tasks, batch: EpisodeBatch, rows):
   c, env = run.c, run.setup.env
   priv = _episode_privileged_jit(env, tasks, c.rollout.group_size)
   tlp = privileged_logprobs(run.spec.lm_graphdef, lm_params, batch, priv,
-                            mode=run.setup.agents.mode)
+                            mode=run.setup.agents.mode, chunks=run.forward_chunks)
   h = c.hindsight
   return reweight(rows, tlp, mode=h.mode, beta=h.beta, gap_clip=h.gap_clip,
                   normalize=h.normalize)

@@ -53,6 +53,23 @@ def _rows(batch: EpisodeBatch):
   return tok, pos, attn, batch.tokens.shape
 
 
+def map_row_chunks(fn, chunks: int, *rows):
+  """`fn(*rows)` over `chunks` equal slices of the rows (`[R, ...]` arrays), one slice at a
+  time (`lax.map`), outputs concatenated back to `[R, ...]`: a forward pass over a whole
+  rollout batch then holds one slice's activations (the run passes the train step's
+  micro-batch size, `config.train.microbatches`). chunks = 1 calls `fn` once. Per-row
+  routing (`agents.routing.route`) goes inside `fn`, with the slice's agent ids as a row."""
+  if chunks <= 1:
+    return fn(*rows)
+  r = rows[0].shape[0]
+  if r % chunks:
+    raise ValueError(f"config.train.microbatches: {chunks} forward slices do not divide the "
+                     f"{r} rows of the rollout batch")
+  split = [x.reshape(chunks, r // chunks, *x.shape[1:]) for x in rows]
+  out = jax.lax.map(lambda xs: fn(*xs), split)
+  return jax.tree.map(lambda y: y.reshape(r, *y.shape[2:]), out)
+
+
 def row_agents(batch: EpisodeBatch) -> jax.Array:
   """The acting agent of each forward row `[R]`: windowed rows are turns (row n * T + t is
   turn t of episode n), a concatenated row is one episode (the agent of its first turn; one
@@ -60,24 +77,28 @@ def row_agents(batch: EpisodeBatch) -> jax.Array:
   return batch.agent_id.reshape(-1) if batch.segment_len else batch.agent_id[:, 0]
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames="mode")
-def critic_values(graphdef, params, batch: EpisodeBatch, mode: str = "shared") -> jax.Array:
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("mode", "chunks"))
+def critic_values(graphdef, params, batch: EpisodeBatch, mode: str = "shared",
+                  chunks: int = 1) -> jax.Array:
   """Rollout-time critic values `[N, L]` (V of each prefix) for GAE-family credit; with
-  per-agent weights (`mode` lora | separate) each row under its acting agent's."""
+  per-agent weights (`mode` lora | separate) each row under its acting agent's; `chunks`
+  slices of the rows at a time (`map_row_chunks`)."""
   tok, pos, attn, shape = _rows(batch)
-  values = route(mode, lambda p: nnx.merge(graphdef, p).values(tok, pos, attn), params,
-                 row_agents(batch))
+  values = map_row_chunks(lambda t, q, a, g: route(
+      mode, lambda p: nnx.merge(graphdef, p).values(t, q, a), params, g),
+      chunks, tok, pos, attn, row_agents(batch))
   return (values * attn).reshape(shape)
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames="mode")
-def reference_logprobs(lm_graphdef, ref_params, batch: EpisodeBatch, mode: str = "shared"
-                       ) -> jax.Array:
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("mode", "chunks"))
+def reference_logprobs(lm_graphdef, ref_params, batch: EpisodeBatch, mode: str = "shared",
+                       chunks: int = 1) -> jax.Array:
   """Log-probs `[N, L]` of the batch's tokens under a frozen reference policy (for KL); with
   per-agent weights (`mode` lora | separate: `ref_params` stacked like the run's policy LM)
-  each row under its acting agent's reference."""
+  each row under its acting agent's reference; `chunks` slices of the rows at a time."""
   from agent_rl.train.policy import policy_token_stats  # pulls in the models room
   tok, pos, attn, shape = _rows(batch)
-  lp = route(mode, lambda p: policy_token_stats(lm_graphdef, p, tok, pos, attn)[0], ref_params,
-             row_agents(batch), lm_only=True)
+  lp = map_row_chunks(lambda t, q, a, g: route(
+      mode, lambda p: policy_token_stats(lm_graphdef, p, t, q, a)[0], ref_params, g,
+      lm_only=True), chunks, tok, pos, attn, row_agents(batch))
   return (lp * attn).reshape(shape)

@@ -95,6 +95,7 @@ class Run:
   reward_model: Optional[Any] = None  # reward.use.RewardSource of config.reward.model
   eval_envs: tuple = ()  # (name, env, prompt pieces) of each config.eval.variant_kwargs panel
   counterparts: tuple = ()  # agents.counterparts.Counterpart of each config.eval.counterparts
+  forward_chunks: int = 1  # slices of the rollout rows per no-grad forward (train.microbatches)
 
   @property
   def sft_steps(self) -> int:
@@ -264,13 +265,16 @@ def rl_batch(run: Run, prog: Progress, it: int):
     rmetrics = {**rmetrics, **bm}
   if c.model.critic != "none":
     batch = batch.replace(values=learner.critic_values(run.spec.graphdef, params, batch,
-                                                       mode=run.setup.agents.mode))
+                                                       mode=run.setup.agents.mode,
+                                                       chunks=run.forward_chunks))
   if prog.reference is not None:  # each row under its agent's reference (per-agent weights)
     batch = batch.replace(ref_logprobs=learner.reference_logprobs(
-        run.spec.lm_graphdef, prog.reference, batch, mode=run.setup.agents.mode))
+        run.spec.lm_graphdef, prog.reference, batch, mode=run.setup.agents.mode,
+        chunks=run.forward_chunks))
   if run.teacher is not None:  # on-policy distillation: the teacher scores the student's tokens
     g, p, mode = run.teacher
-    batch = batch.replace(teacher_logprobs=learner.reference_logprobs(g, p, batch, mode=mode))
+    batch = batch.replace(teacher_logprobs=learner.reference_logprobs(
+        g, p, batch, mode=mode, chunks=run.forward_chunks))
   if run.reward_model is not None:  # its scores reach the rewards via the reward_model shaper
     batch = run.reward_model.attach(batch)
   batch, smetrics, shaper_state = shapers.apply_shapers(c, batch, prog.meta.shaper_state)

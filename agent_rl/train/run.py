@@ -152,7 +152,8 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   credit_fn = jax.jit(functools.partial(credit_lib.get(c.credit.name), **dict(c.credit.kwargs)))
   mb_rows = c.train.minibatch_episodes * (c.rollout.max_turns if ecfg.history == "windowed" else 1)
   grad_metrics = functools.partial(agents.per_agent_norms, ag.mode, num=ag.num)
-  scan = make_scan_update(make_train_step(rl_loss, rl_opt, grad_metrics),
+  micro = int(c.train.microbatches)
+  scan = make_scan_update(make_train_step(rl_loss, rl_opt, grad_metrics, microbatches=micro),
                           epochs=int(c.train.epochs),
                           minibatch_rows=int(mb_rows))
 
@@ -162,14 +163,18 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   return phases.Run(
       c=c, workdir=workdir, setup=setup, ecfg=ecfg, spec=spec, policy=policy, rl_opt=rl_opt,
       sft_opt=sft_opt, rl_update=jit_update(rl_train_step, spec, rl_opt),
-      sft_step=jit_step(make_train_step(sft_loss, sft_opt), spec, sft_opt),
+      sft_step=jit_step(make_train_step(sft_loss, sft_opt, microbatches=micro), spec, sft_opt),
       credit_fn=credit_fn, roll_fn=roll_fn, baseline_fn=baseline_fn, strategy=strategy,
       strategy_kwargs=strat_kw,
       uses_reference=uses_reference(c),
       teacher=teacher[:3] if teacher is not None and c.distill.coef > 0 else None,
       reward_model=reward_model, ckpt=ckpt,
       writer=MetricWriter.from_config(c, workdir), kill_after=kill_after,
-      eval_envs=eval_variants(c, setup), counterparts=counterparts.load(c, setup, place))
+      eval_envs=eval_variants(c, setup), counterparts=counterparts.load(c, setup, place),
+      # A forward over the rollout's rows (critic, reference, teacher, hindsight) in slices of
+      # a micro-batch's size: n episodes / (minibatch_episodes / microbatches).
+      forward_chunks=(c.rollout.num_tasks * c.rollout.group_size * micro
+                      // c.train.minibatch_episodes) if micro > 1 else 1)
 
 
 def save_steps(c) -> list[int]:
@@ -205,7 +210,7 @@ def startup_report(c, spec, optimizer, setup, roll_fn) -> str:
   shapes = getattr(roll_fn, "eval_shape", None) or functools.partial(jax.eval_shape, roll_fn)
   batch, _ = shapes(spec.lm_params, tasks, jax.random.key(0))
   n, length = batch.tokens.shape
-  rows = c.train.minibatch_episodes
+  rows = c.train.minibatch_episodes // c.train.microbatches  # one micro-batch is alive at a time
   if batch.segment_len:
     length, rows = batch.segment_len, rows * c.rollout.max_turns
   if setup.agents is not None and setup.agents.mode == "separate":  # every trained agent reads

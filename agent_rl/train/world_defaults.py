@@ -20,6 +20,12 @@ def _windowed(c, tiny_turns: int, full_turns: int, tiny_window: int, tiny_action
     c.rollout.window_tokens = tiny_window  # 0: what the prompt, the window and a turn need
     c.rollout.max_action_tokens = tiny_action
     c.tokenizer.vocab_size = 1024
+    # A minibatch of 64 episodes is 64 x max_turns window rows of ~870 tokens (TextHouse's
+    # worst-case observation with the repeated goal): 35 GiB of activations by the start-up
+    # estimate (59 with SPA's world-model turns), and SkillC's first update died allocating
+    # 26.6 GB on this 24 GiB machine. In 8 slices (the same updates, train/step.py) it is
+    # 4.4 GiB (7.3), so two runs fit beside each other.
+    c.train.microbatches = 8
   else:
     c.rollout.max_turns = full_turns
     c.rollout.window_tokens = 4096

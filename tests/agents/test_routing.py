@@ -87,6 +87,13 @@ def test_kl_reference_and_critic_rows_equal_each_agents_own_model(mode):
     np.testing.assert_allclose(ref[b], np.asarray(lp[0] * valid[b]), atol=2e-5, rtol=1e-5)
     v = nnx.merge(single_gd, p_k).values(tok[b:b + 1], pos[b:b + 1], valid[b:b + 1])
     np.testing.assert_allclose(val[b], np.asarray(v[0] * valid[b]), atol=2e-5, rtol=1e-5)
+  for chunks in (2, 3):  # train.microbatches: the same rows a slice at a time (lax.map)
+    np.testing.assert_allclose(np.asarray(learner.reference_logprobs(
+        lm_gd, params["lm"], batch, mode=mode, chunks=chunks)).reshape(B, L), ref, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(learner.critic_values(
+        graphdef, params, batch, mode=mode, chunks=chunks)).reshape(B, L), val, atol=1e-6)
+  with pytest.raises(ValueError, match="train.microbatches: 4 forward slices do not divide"):
+    learner.critic_values(graphdef, params, batch, mode=mode, chunks=4)
   plain = np.asarray(learner.reference_logprobs(lm_gd, P.select_agent(mode, params["lm"], 0,
                                                                       lm_only=True),
                                                 batch)).reshape(B, L)
@@ -119,6 +126,8 @@ def test_hindsight_rows_equal_each_agents_own_model_with_the_prefix(mode):
     want = hindsight.row_logprobs(single_lm_gd, p_k, tok[b:b + 1], pos[b:b + 1], valid[b:b + 1],
                                   Text(priv.tokens[e:e + 1], priv.length[e:e + 1]))
     np.testing.assert_allclose(got[b], np.asarray(want[0]), atol=2e-5, rtol=1e-5)
+  sliced = hindsight.privileged_logprobs(lm_gd, params["lm"], batch, priv, mode=mode, chunks=3)
+  np.testing.assert_allclose(np.asarray(sliced).reshape(B, L), got, atol=1e-6)
   plain = np.asarray(hindsight.privileged_logprobs(
       lm_gd, P.select_agent(mode, params["lm"], 0, lm_only=True), batch, priv)).reshape(B, L)
   assert np.abs(plain - got).max() > 1e-3  # agents differ: the routing is what made it equal
