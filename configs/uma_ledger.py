@@ -33,7 +33,7 @@ from -0.60 to ~0.42 (a QA turn answered right scores 1, so the ceiling is 3) and
 three right) to ~0.02, then 30 RL iterations of 8 tasks x 8 (16 x 8 cost ~75 s an iteration
 beside another run, ~40 min a run, over the issue's 10-minute tiny; the update of 6 windowed
 rows of ~500 tokens per episode is ~3/4 of an iteration; 8 x 8 runs in 14-15 min beside another
-run, ~18 s an iteration; a quiet single run was not timed). Measured over 3 seeds (2026-12-04,
+run, ~18 s an iteration; alone on the quiet CPU 9 min 32 s, 14 s an iteration, UMA arm). Measured over 3 seeds (2026-12-04,
 benchmarks/results/reproduce/uma_ledger.md): **the paper's sign, not significant**: held-out
 reward UMA 0.625 +- 0.102 vs pooled GRPO 0.568 +- 0.065, +0.057 [-0.152, +0.267] (both from
 0.460 after SFT; RL adds +0.165 vs +0.107); success +0.016 [-0.022, +0.053] (0.052 vs 0.036).

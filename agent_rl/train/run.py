@@ -83,6 +83,13 @@ def uses_reference(c) -> bool:
   return kl_term or shapers.needs_reference(c)
 
 
+def updates_per_iteration(c) -> int:
+  """Optimizer updates of one RL iteration: epochs x minibatches. A windowed minibatch is
+  `minibatch_episodes` episodes' turn rows (x max_turns rows), so the count is the same as in
+  concatenated mode (the cosine schedule's horizon; it was x max_turns, decaying too slowly)."""
+  return c.train.epochs * (c.rollout.num_tasks * c.rollout.group_size // c.train.minibatch_episodes)
+
+
 def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   """Everything fixed for the run, built once: env and tokenizer, the state's layout (one
   `eval_shape` of the model), optimizers, the jitted steps, the rollout, the checkpoint."""
@@ -92,10 +99,7 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   pretrained.save_run_agents(ag, workdir)  # the resolved count (eval, export, teachers read it)
   spec = state_spec(model_factory(c, setup.model_cfg, ag), place)
   sft_steps, iters = int(c.sft.steps), int(c.train.iterations)
-  updates = c.train.epochs * (c.rollout.num_tasks * c.rollout.group_size // c.train.minibatch_episodes)
-  if ecfg.history == "windowed":
-    updates *= c.rollout.max_turns
-  rl_opt = make_optimizer(c.optim, iters * updates)
+  rl_opt = make_optimizer(c.optim, iters * updates_per_iteration(c))
   sft_opt = make_optimizer(mlc.ConfigDict(dict(c.optim.to_dict(), lr=c.sft.lr, warmup_steps=0,
                                                schedule="constant")), max(sft_steps, 1))
   if setup.model_cfg.lora is not None:  # only adapters (and a critic head) train and hold state

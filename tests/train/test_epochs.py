@@ -87,3 +87,17 @@ def test_minibatch_indices_are_the_loops_permutations():
     minibatch_indices(key, 6, epochs=1, minibatch_rows=4)
   with pytest.raises(ValueError, match="epochs"):
     make_scan_update(lambda s, m: (s, {}), epochs=0, minibatch_rows=2)
+
+
+@pytest.mark.parametrize("history,turns", [("concatenated", 1), ("windowed", 5)])
+def test_updates_per_iteration_count_the_scans_steps(history, turns):
+  """The schedule's horizon (`run.updates_per_iteration`) is the number of steps the scan
+  takes: windowed rows are episodes x turns and so is a minibatch, so turns cancel."""
+  from agent_rl.train.run import updates_per_iteration
+  c = base_config()
+  c.rollout.history, c.rollout.max_turns = history, turns
+  c.rollout.num_tasks, c.rollout.group_size, c.train.minibatch_episodes = 4, 8, 8
+  c.train.epochs = 2
+  rows, mb_rows = 4 * 8 * turns, 8 * turns  # as build_run's minibatch_rows
+  idx = minibatch_indices(jax.random.key(0), rows, epochs=2, minibatch_rows=mb_rows)
+  assert updates_per_iteration(c) == idx.shape[0] == 8
