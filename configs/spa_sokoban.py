@@ -27,6 +27,12 @@ Expected results:
         RL ~100 s/iteration there). Sampled turns that run past max_action_tokens (7 -> 92 of
         ~500 turns per iteration) are invalid, and RL success fell from 0.65 to 0.20-0.40:
         at this scale the world-model turns do not beat answer-only SFT -> PPO.
+        3 seeds (2026-12-04, benchmarks/results/reproduce/spa_sokoban.md; 13 min a SPA run,
+        5-7 min a no-WM run, two side by side): held-out success SPA 0.312 +- 0.272 vs no-WM
+        0.547 +- 0.083, -0.234 [-0.847, +0.378] (avg@4 -0.280 [-0.599, +0.039]): **not the
+        paper's direction** (n.s.). RL lowered both arms from their SFT level (SPA 0.505 ->
+        0.312, one seed to 0.000; no-WM 0.703 -> 0.547): in this regime the warm start, not RL,
+        carries the success (issue 22 asks the opposite; not re-tuned).
   full  (v5e-16 / 8xH100): SPA reports a large Sokoban gain of world-model SFT -> PPO over
         RAGEN PPO for Qwen2.5-1.5B-Instruct (see the paper's main table); not reproduced
         here (no accelerator in CI).
