@@ -83,11 +83,16 @@ def uses_reference(c) -> bool:
   return kl_term or shapers.needs_reference(c)
 
 
+def minibatches_per_epoch(c) -> int:
+  """Episodes of a rollout / episodes of a minibatch (a windowed minibatch is its episodes'
+  turn rows, so the turns cancel)."""
+  return c.rollout.num_tasks * c.rollout.group_size // c.train.minibatch_episodes
+
+
 def updates_per_iteration(c) -> int:
-  """Optimizer updates of one RL iteration: epochs x minibatches. A windowed minibatch is
-  `minibatch_episodes` episodes' turn rows (x max_turns rows), so the count is the same as in
-  concatenated mode (the cosine schedule's horizon; it was x max_turns, decaying too slowly)."""
-  return c.train.epochs * (c.rollout.num_tasks * c.rollout.group_size // c.train.minibatch_episodes)
+  """Optimizer updates of one RL iteration: epochs x minibatches, in either history mode (the
+  cosine schedule's horizon; it was x max_turns in windowed mode, decaying too slowly)."""
+  return c.train.epochs * minibatches_per_epoch(c)
 
 
 def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
@@ -176,9 +181,8 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
       writer=MetricWriter.from_config(c, workdir), kill_after=kill_after,
       eval_envs=eval_variants(c, setup), counterparts=counterparts.load(c, setup, place),
       # A forward over the rollout's rows (critic, reference, teacher, hindsight) in slices of
-      # a micro-batch's size: n episodes / (minibatch_episodes / microbatches).
-      forward_chunks=(c.rollout.num_tasks * c.rollout.group_size * micro
-                      // c.train.minibatch_episodes) if micro > 1 else 1)
+      # a micro-batch's size (unsliced without micro-batches, as before).
+      forward_chunks=minibatches_per_epoch(c) * micro if micro > 1 else 1)
 
 
 def save_steps(c) -> list[int]:
