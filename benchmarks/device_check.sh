@@ -8,6 +8,6 @@ cd "$(dirname "$0")/.."
 out="${OUT:-benchmarks/results}"
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
-PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 timeout 500 \
+PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 500 \
   python3 benchmarks/device_check.py --out="$out/device_check.json" --budget_s=420 2>&1 \
   | tee "$out/device_check.log"
