@@ -21,7 +21,7 @@ direction: BEACON > GRPO, more so on `long`. tiny: not measured yet (README "Not
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
-from agent_rl.train.world_defaults import full_policy, texthouse
+from agent_rl.train.world_defaults import TEXTHOUSE_SFT_OVERRIDES, full_policy, texthouse
 
 VARIANTS = dict(grpo=False, long=False)
 COMPARISON = Comparison(  # the claim only: no numbers recalled (docstring)
@@ -29,7 +29,8 @@ COMPARISON = Comparison(  # the claim only: no numbers recalled (docstring)
     metrics=("eval/success", "eval/avg@4"),
     paper_source="BEACON (ZJU-REAL/BEACON): milestone credit > GRPO on long ALFWorld/WebShop "
                  "/SciWorld tasks; no numbers recalled", paper_verified=False,
-    setting="TextHouse (ALFWorld-like)")
+    overrides=TEXTHOUSE_SFT_OVERRIDES,
+    setting="TextHouse (ALFWorld-like), 5 one-stage families, from a 300-step SFT policy run")
 
 
 def get_config(arg: str | None = None):

@@ -41,7 +41,7 @@ COMPARISON = Comparison(  # SPA's claim carried to the household world (no paper
 
 def get_config(arg: str | None = None):
   c, args = scaled_config(arg, VARIANTS)
-  texthouse(c, long="long" in args)
+  texthouse(c, long="long" in args, tiny_window=0)
   spa_ppo(c, args)
   if c.sft.world_model:
     c.rollout.max_action_tokens = 128 if c.scale == "tiny" else 384

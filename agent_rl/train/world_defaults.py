@@ -33,16 +33,35 @@ def _windowed(c, tiny_turns: int, full_turns: int, tiny_window: int, tiny_action
   return c
 
 
-def texthouse(c, *, long: bool = False):
-  """TextHouse (one ALFWorld task) or TextLab (`long`: 4 chained stages, 20-40 expert steps)."""
+# The five one-stage families whose expert plans fit tiny's 8 turns (4-8 steps); the sixth,
+# pick_two_obj_and_place, needs 9-10 (84% of 300 sampled tasks over 8), so at tiny it would be
+# a panel of tasks no policy can finish.
+TINY_FAMILIES = ("pick_and_place", "look_at_obj_in_light", "pick_clean_then_place",
+                 "pick_heat_then_place", "pick_cool_then_place")
+
+
+def texthouse(c, *, long: bool = False, tiny_window: int = 448):
+  """TextHouse (one ALFWorld task) or TextLab (`long`: 4 chained stages, 20-40 expert steps).
+
+  tiny_window: the window's token budget at `tiny` (0: the worst case, ~870 with the repeated
+  goal). 448 gave the same rollouts as the worst case (equal rewards, no window truncated in 4
+  iterations; `rollout/window_truncated_samples` reports any) at 0.68x the iteration time
+  (README "Agentic worlds"); SPA's 128-token world-model turns pass 0."""
   c.env.name = "textlab" if long else "texthouse"
   c.env.kwargs.max_steps = 100 if long else 50
   # verl-agent's ALFWorld prompt lists the admissible actions; at `tiny` the list (up to ~40
   # actions) would triple the context of a 2-core CPU run, so it is off there.
   c.env.kwargs.list_actions = c.scale != "tiny"
   c.env.kwargs.repeat_goal = True   # the windowed context drops the first observation (the goal)
+  if c.scale == "tiny" and not long:
+    c.env.kwargs.families = TINY_FAMILIES
+    # tiny's RL shape for the 2-core CPU (~1 min an iteration; README "Agentic worlds"): 8 tasks
+    # x 8 (the group size kept), 20 iterations; a 300-step SFT warm start (100 left held-out
+    # success at 0.00: the planner's demos walk straight to the hidden object, which a policy
+    # must find by search; 300 reach 0.05, so RL starts with some successes to group on).
+    c.rollout.num_tasks, c.train.iterations, c.sft.steps = 8, 20, 300
   return _windowed(c, tiny_turns=24 if long else 8, full_turns=c.env.kwargs.max_steps,
-                   tiny_window=0, tiny_action=24)
+                   tiny_window=0 if long else tiny_window, tiny_action=24)
 
 
 def minishop(c):
@@ -203,6 +222,16 @@ def drmas(c, args):
   else:
     c.credit.kwargs.group_by_agent = True
   return c
+
+
+# The TextHouse rows (configs/{gigpo,beacon,skillc}_texthouse.py) start from one SFT policy run
+# (tiny's 300 steps on 256 planner demos; held-out success 0.05), so no arm repeats the warm start
+# and every row's GRPO arm is the same run (the harness links twins).
+TEXTHOUSE_SFT = "runs/texthouse_sft300"
+TEXTHOUSE_SFT_OVERRIDES = {"model.init_from": TEXTHOUSE_SFT,
+                           "tokenizer.path": f"{TEXTHOUSE_SFT}/tokenizer.model", "sft.steps": "0"}
+TEXTHOUSE_SFT_RECIPE = ("python -m agent_rl.train --config=configs/gigpo_texthouse.py:tiny "
+                        f"--workdir={TEXTHOUSE_SFT} --config.train.iterations=0")
 
 
 # The Sokoban rows that start from a short SFT policy run (configs/prm_sokoban.py's regime:

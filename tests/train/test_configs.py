@@ -98,6 +98,9 @@ def shrink(c):
   c.model.hidden, c.model.num_layers, c.model.num_heads = 32, 1, 2
   c.model.num_kv_heads, c.model.intermediate = 1, 64
   c.tokenizer.vocab_size = 400
+  # A window budget fitted to the config's 1,024-piece tokenizer (TextHouse's 448) cannot hold
+  # the same text in 400 pieces: the worst-case window (0) instead.
+  c.rollout.window_tokens = 0
   c.rollout.num_tasks, c.rollout.group_size = 4, 2  # starpo_s keeps 1 of 4 groups
   c.rollout.max_turns = min(c.rollout.max_turns, 2)
   c.sft.steps, c.sft.num_demos, c.sft.batch_size = min(c.sft.steps, 2), 4, 4
