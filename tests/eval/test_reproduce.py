@@ -279,7 +279,10 @@ def test_cli_dry_run_prints_one_command_per_run(tmp_path):
   lines = out.stdout.strip().splitlines()
   assert len(lines) == 8  # 4 arms x 2 seeds
   assert lines[0] == (f"python -m agent_rl.train --config=configs/gigpo_texthouse.py:tiny "
-                      f"--workdir={tmp_path}/gigpo_texthouse/GiGPO/seed0 --config.seed=0")
+                      f"--workdir={tmp_path}/gigpo_texthouse/GiGPO/seed0 "
+                      "--config.model.init_from=runs/texthouse_sft300 "
+                      "--config.tokenizer.path=runs/texthouse_sft300/tokenizer.model "
+                      "--config.sft.steps=0 --config.seed=0")  # the row's overrides, then the seed
   assert not os.listdir(tmp_path)  # a dry run writes nothing
 
 
