@@ -16,8 +16,17 @@ defaults are 1 and 0.99).
 
 Paper numbers: none recalled reliably for this repo (verify in the paper); the claim is that
 milestone credit beats episode-level GRPO on long ALFWorld/WebShop/SciWorld tasks. Expected
-direction: BEACON > GRPO, more so on `long`. tiny: not measured yet (README "Not yet": the
-3-seed row is not run).
+direction: BEACON > GRPO, more so on `long`.
+
+tiny (measured 2026-12-04, 3 seeds; the TextHouse rows' regime, configs/gigpo_texthouse.py:
+five one-stage families, 8 tasks x 8, 20 iterations from the shared 300-step SFT policy run,
+held-out success 0.047, avg@4 0.012): BEACON 0.047 +- 0.016 vs GRPO 0.021 +- 0.009 success,
++0.026 [-0.006, +0.058] (n.s.); avg@4 0.022 vs 0.009, +0.013 [+0.000, +0.026] (p 0.049): the
+paper's sign, at the floor. Training rollouts succeed in ~0.5% of episodes in both arms, so
+GRPO's groups are almost all ties and it drifts below the policy run's level; BEACON's
+milestone rewards (object located, picked up, transformed, placed) still rank episodes, and
+BEACON ends at the policy run's level rather than above it. Read it as "milestone credit
+loses less where successes are rare", not as BEACON's gain; `long` is not measured.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config

@@ -15,7 +15,16 @@ to internalize the skill (the paper's point: skill-free inference after training
 Evaluation is skill-free (the eval tasks have no skill flag), which is what the paper reports.
 
 Paper numbers: none recalled for this repo. Expected direction: SkillC's skill-free success
-> GRPO's. tiny: not measured yet (README "Not yet": the 3-seed row is not run).
+> GRPO's.
+
+tiny (measured 2026-12-04, 3 seeds; the TextHouse rows' regime, configs/gigpo_texthouse.py:
+five one-stage families, 8 tasks x 8 (SkillC: 4 tasks x (8 with skill + 8 without)), 20
+iterations from the shared 300-step SFT policy run, held-out success 0.047): SkillC 0.031 +-
+0.027 vs GRPO 0.021 +- 0.009 skill-free success, +0.010 [-0.050, +0.070] (n.s.); avg@4 +0.004
+[-0.017, +0.025]. No difference at this scale: the skill text does not help the tiny policy
+(final skill-injected vs skill-free training success 0.031 / 0.031, 0.00 / 0.00, 0.00 / 0.031
+per seed), so SkillC's bonus max(0, SR_skill - SR_free) is ~0 and it is GRPO over twice the
+rollouts of half the tasks.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
