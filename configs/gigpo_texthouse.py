@@ -24,11 +24,12 @@ tiny (2-core CPU): the five one-stage families (pick_two's plans outrun 8 turns)
 20 RL iterations, from the shared 300-step SFT policy run (world_defaults.TEXTHOUSE_SFT_RECIPE;
 held-out success 0.047, avg@4 0.012). Measured 2026-12-04, 3 seeds (PPO not run): GiGPO
 0.026 +- 0.009 vs GRPO 0.021 +- 0.009, +0.005 [-0.015, +0.026], vs RLOO 0.036 +- 0.018, -0.010
-[-0.048, +0.027]: no difference, and every arm at or below the policy run's 0.047. **At tiny scale this row
-cannot discriminate**: the planner's demos walk straight to the hidden object (it reads the true
-state), which a policy can only find by searching receptacles, so SFT leaves success near the
-floor and training rollouts see 0-5% successes to group on. A searching expert's demos (as
-ALFWorld's hand-coded agent explores) and ~15 turns are the proposed next regime (README).
+[-0.048, +0.027]: no difference, and every arm at or below the policy run's 0.047. **At tiny
+scale this row cannot discriminate**: the planner's demos walk straight to the hidden object
+(it reads the true state), which a policy can only find by searching receptacles, so SFT leaves
+success near the floor and training rollouts see 0-5% successes to group on. A searching
+expert's demos (as ALFWorld's hand-coded agent explores) and ~15 turns are the proposed next
+regime (README).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config

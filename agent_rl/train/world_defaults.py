@@ -55,7 +55,7 @@ def texthouse(c, *, long: bool = False, tiny_window: int = 448):
   c.env.kwargs.repeat_goal = True   # the windowed context drops the first observation (the goal)
   if c.scale == "tiny" and not long:
     c.env.kwargs.families = TINY_FAMILIES
-    # tiny's RL shape for the 2-core CPU (~1 min an iteration; README "Agentic worlds"): 8 tasks
+    # tiny's RL shape for the 2-core CPU (~27 s an iteration; README "Agentic worlds"): 8 tasks
     # x 8 (the group size kept), 20 iterations; a 300-step SFT warm start (100 left held-out
     # success at 0.00: the planner's demos walk straight to the hidden object, which a policy
     # must find by search; 300 reach 0.05, so RL starts with some successes to group on).
@@ -228,8 +228,6 @@ def drmas(c, args):
 # (tiny's 300 steps on 256 planner demos; held-out success 0.05), so no arm repeats the warm start
 # and every row's GRPO arm is the same run (the harness links twins).
 TEXTHOUSE_SFT = "runs/texthouse_sft300"
-TEXTHOUSE_SFT_OVERRIDES = {"model.init_from": TEXTHOUSE_SFT,
-                           "tokenizer.path": f"{TEXTHOUSE_SFT}/tokenizer.model", "sft.steps": "0"}
 TEXTHOUSE_SFT_RECIPE = ("python -m agent_rl.train --config=configs/gigpo_texthouse.py:tiny "
                         f"--workdir={TEXTHOUSE_SFT} --config.train.iterations=0")
 
@@ -237,8 +235,17 @@ TEXTHOUSE_SFT_RECIPE = ("python -m agent_rl.train --config=configs/gigpo_texthou
 # The Sokoban rows that start from a short SFT policy run (configs/prm_sokoban.py's regime:
 # 40 SFT steps leave held-out success ~0.44, so RL, not the warm start, carries the learning).
 SOKOBAN_SFT40 = "runs/sokoban_sft40"
-SOKOBAN_SFT40_OVERRIDES = {"model.init_from": SOKOBAN_SFT40,
-                           "tokenizer.path": f"{SOKOBAN_SFT40}/tokenizer.model"}
+
+
+def from_policy_run(run_dir: str, **extra: str) -> dict:
+  """A row's `overrides` that start every arm from the policy run in `run_dir` (its LM and the
+  tokenizer it trained), plus `extra` settings (e.g. sft_steps="0": no warm start of its own)."""
+  return {"model.init_from": run_dir, "tokenizer.path": f"{run_dir}/tokenizer.model",
+          **{k.replace("_", ".", 1): v for k, v in extra.items()}}
+
+
+SOKOBAN_SFT40_OVERRIDES = from_policy_run(SOKOBAN_SFT40)
+TEXTHOUSE_SFT_OVERRIDES = from_policy_run(TEXTHOUSE_SFT, sft_steps="0")
 SOKOBAN_SFT40_RECIPE = (  # the policy run every such row starts from (docstrings quote it)
     "python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny "
     f"--workdir={SOKOBAN_SFT40} --config.train.iterations=0 --config.sft.steps=40")
