@@ -7,8 +7,9 @@ rollouts of a task), gamma 0.95, w = 1, mean_norm.
   python -m agent_rl.train --config=configs/gigpo_minishop.py:tiny,grpo --workdir=/tmp/grpo_ms
   variants: grpo | rloo | ppo baselines; full (Qwen2.5-1.5B-Instruct from init_from).
 
-The paper's rollout shape scaled down: group size 8, 16 tasks, 15 steps (tiny: 6 turns; the
-expert needs 4-5: search, click item, two options, buy), the last 2 turns in the prompt.
+The paper's rollout shape scaled down: group size 8, 16 tasks (tiny: 8), 15 steps (tiny: 6
+turns; the expert needs 4-5: search, click item, two options, buy), the last 2 turns in the
+prompt.
 Papers report WebShop's score (mean purchase score x 100) and success rate (score = 1); the
 run logs both (`rollout/score`-style reward term and `eval/success`).
 

@@ -12,6 +12,8 @@ so credit in a successful episode concentrates on the tokens the informed teache
   python -m agent_rl.train --config=configs/trial_minishop.py:tiny --workdir=/tmp/trial
   python -m agent_rl.train --config=configs/trial_minishop.py:tiny,grpo --workdir=/tmp/grpo
   variants: grpo (no hindsight pass, the baseline), bonus (A' = A + beta * g instead), full.
+Both arms use world_defaults.minishop's clip-higher loss (0.2 / 0.28), shared by the three
+MiniShop rows, so their GRPO arm is one run set.
 
 Cost: one extra forward over the batch per iteration (the teacher pass; no second model). Paper
 numbers: none recalled for this repo. Expected direction: TRIAL > GRPO in held-out success /

@@ -3,7 +3,8 @@
 
 Each turn every rollout samples n candidate actions, steps clones of its env state, and keeps
 the best (best_of_n) by the turn's env reward plus a heuristic of the new state; the optimizer
-is unchanged (GRPO here). The heuristic is set from the config: `env_progress` is MiniShop's
+is unchanged (GRPO with world_defaults.minishop's clip-higher loss, 0.2 / 0.28, which
+all three MiniShop rows share, so their GRPO arm is one run set). The heuristic is set from the config: `env_progress` is MiniShop's
 `progress(state)`, the WebShop match score of the item page and options selected so far (what
 buying now would score), so search steers towards matching items before Buy Now.
 

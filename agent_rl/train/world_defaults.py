@@ -65,11 +65,20 @@ def texthouse(c, *, long: bool = False, tiny_window: int = 448):
 
 
 def minishop(c):
-  """MiniShop with WebShop's 15-step episodes."""
+  """MiniShop with WebShop's 15-step episodes, and verl-agent's clip-higher PPO loss (0.2 /
+  0.28) for every row, so the GRPO arm of gigpo/tsr/trial_minishop is one run set."""
   c.env.name = "minishop"
   c.env.kwargs.max_steps = 15
+  c.loss.name = "vanilla"
+  c.loss.kwargs.clip_ratio_low, c.loss.kwargs.clip_ratio_high = 0.2, 0.28
   if c.scale == "tiny":  # 5 results a page (WebShop shows 10): a page then fits the window
     c.env.kwargs.page_size, c.env.kwargs.num_results = 5, 40
+    # tiny's RL shape (README "Agentic worlds"): the window is kept at its worst case (1,093
+    # tokens; 768 dropped a turn from 45% of the SFT policy's samples), and the prefill's
+    # attention scores are B x heads x L^2 floats, ~45 MB an episode: 16 tasks x 8 took 5.8 GB
+    # for the rollout and the 64 x 4 eval episodes 11.6 GB (one run OOM-killed beside another
+    # on this 24 GiB machine). 8 tasks x 8, 32 eval tasks x 4 halve both, 20 iterations.
+    c.rollout.num_tasks, c.train.iterations, c.eval.num_tasks = 8, 20, 32
   return _windowed(c, tiny_turns=6, full_turns=15, tiny_window=0, tiny_action=32)
 
 

@@ -39,6 +39,7 @@ from agent_rl.envs.texthouse.parse import HouseParser
 from agent_rl.envs.texthouse.text import HouseText
 
 REWARD_NAMES = ("success", "milestone", "format")
+EXPERTS = ("planner", "search")  # TextHouse.expert
 
 
 @ENVS.register("texthouse")
@@ -51,6 +52,9 @@ class TextHouse:
   list_actions: append "Available actions: ..." (every applicable action) to each observation;
   repeat_goal: repeat the goal line in every observation (for `history="windowed"`, whose
   context keeps the prompt and the last turns but drops the first observation).
+  expert: whose plans `solve` returns (SFT demos): "planner" (reads the true state, walks
+  straight to hidden objects) or "search" (sweeps receptacles in the room's order until the
+  object is in view, as ALFWorld's hand-coded agent explores; solver.py).
   """
   tokenizer: Any = dataclasses.field(default=None, compare=False, repr=False)
   split: str = "train"
@@ -62,6 +66,7 @@ class TextHouse:
   skill_prob: float = 0.0
   list_actions: bool = False
   repeat_goal: bool = False
+  expert: str = "planner"
   reward_weights: tuple = (10.0, 0.0, -0.1)
   max_answer_bytes: int = 64
   text: HouseText = dataclasses.field(init=False, repr=False)
@@ -74,6 +79,8 @@ class TextHouse:
     validate_fields(self, REWARD_NAMES, ("stages", "num_objects", "max_steps", "max_answer_bytes"))
     if self.split not in C.SPLITS:
       raise ValueError(f"{kind}.split must be one of {C.SPLITS}, got {self.split!r}")
+    if self.expert not in EXPERTS:
+      raise ValueError(f"{kind}.expert must be one of {EXPERTS}, got {self.expert!r}")
     if not 0.0 <= float(self.skill_prob) <= 1.0:
       raise ValueError(f"{kind}.skill_prob must be in [0, 1], got {self.skill_prob}")
     fams = self._mask("families", self.families, C.FAMILIES)
@@ -224,7 +231,7 @@ class TextHouse:
   # -- expert ---------------------------------------------------------------------------------
   def solve(self, task: world.HouseTask) -> list[str]:
     """An expert plan (action strings) over the true state; replays to success."""
-    return solver.plan(task, self.stages)
+    return solver.plan(task, self.stages, search=self.expert == "search")
 
 
 @ENVS.register("textlab")

@@ -6,6 +6,15 @@ take the object, go to the appliance and transform it (heat / cool / clean), go 
 instance of the target kind, open it if closed, move the object there (twice for pick_two);
 look_at takes the object to the desklamp and uses it. Plans are short but not guaranteed
 optimal (no search over which instance or target to use); tests replay them to success.
+
+`search=True` is the searching expert (ALFWorld's hand-coded agent explores receptacles instead
+of knowing where things are): to find an object (or the desklamp) it sweeps the room's
+receptacles in the listed (catalogue) order, skipping those it has already looked into and,
+for a goal object, the target kind (goal objects never start there), opens each closed one
+and stops where the object is in view. Every decision depends only on what the plan has
+observed so far, so a policy can imitate it; the planner's demos go straight to a hidden
+object, which no policy can (the floor of the stop-36 TextHouse rows). Plans are longer: a
+sweep visits ~half the room's receptacles on average.
 """
 from __future__ import annotations
 
@@ -21,8 +30,9 @@ _APPLIANCE = {C.HEAT_F: ("heat", C.HEATER), C.COOL_F: ("cool", C.COOLER),
               C.CLEAN_F: ("clean", C.CLEANER)}
 
 
-def plan(task: HouseTask, stages: int) -> list[str]:
-  """Action strings solving every stage of `task` in order; ValueError if a stage is impossible."""
+def plan(task: HouseTask, stages: int, search: bool = False) -> list[str]:
+  """Action strings solving every stage of `task` in order; ValueError if a stage is impossible.
+  search: find objects by sweeping receptacles (module docstring) instead of reading the state."""
   count = np.asarray(task.rec_count)
   kind, num = np.asarray(task.obj_kind), np.asarray(task.obj_num)
   loc = np.asarray(task.obj_loc).copy()
@@ -30,21 +40,48 @@ def plan(task: HouseTask, stages: int) -> list[str]:
   name = lambda s: C.OBJ_NAMES[kind[s] * C.MAX_INSTANCES + num[s] - 1]  # noqa: E731
   first_slot = lambda rk: int(np.flatnonzero(C.REC_KIND == rk)[0])      # noqa: E731
   out: list[str] = []
-  st = {"at": -1, "held": -1, "opened": set()}
+  st = {"at": -1, "held": -1, "opened": set(), "seen": set()}
+  listed = [r for r in range(C.R) if C.REC_NUM[r] <= count[C.REC_KIND[r]]]  # the room's order
 
   def goto(r):
     if st["at"] != r:
       out.append(f"go to {C.REC_NAMES[r]}")
       st["at"] = r
+      if not C.REC_OPENABLE[r]:
+        st["seen"].add(r)            # "On the countertop 1, you see ..."
 
   def ensure_open(r):
     if C.REC_OPENABLE[r] and r not in st["opened"]:
       out.append(f"open {C.REC_NAMES[r]}")
       st["opened"].add(r)
+    st["seen"].add(r)
 
-  def take(s):
+  def find(r_true, kinds):
+    """Walk to `r_true` (where the sought object is) the way a searcher would: through the
+    unseen receptacles of `kinds` in the listed order, looking into each, until it is in view."""
+    if not search or r_true in st["seen"]:
+      goto(r_true)
+      return
+    likely = [r for r in listed if kinds[C.REC_KIND[r]]]   # then the rest (a hand-made task's
+    for r in likely + [r for r in listed if r not in likely]:  # object may sit anywhere)
+      if r in st["seen"]:
+        continue
+      goto(r)
+      ensure_open(r)
+      if r == r_true:
+        return
+    raise AssertionError(f"{C.REC_NAMES[r_true]} is not among the receptacles searched")
+
+  def first_found(objs):
+    """The planner takes its first candidate; a searcher the one it knows of, or else the one
+    its sweep reaches first."""
+    if not search:
+      return objs[0]
+    return min(objs, key=lambda s: (int(loc[s]) not in st["seen"], listed.index(int(loc[s]))))
+
+  def take(s, kinds):
     r = int(loc[s])
-    goto(r)
+    find(r, kinds)
     ensure_open(r)
     out.append(f"take {name(s)} from {C.REC_NAMES[r]}")
     loc[s], st["held"] = -1, s
@@ -64,17 +101,21 @@ def plan(task: HouseTask, stages: int) -> list[str]:
     if len(cands) < need or count[tk] < 1:
       raise ValueError(f"stage {k} ({C.FAMILIES[f]}) needs {need} {C.OBJECT_KINDS[ok_][0]} and a "
                        f"{C.RECEPTACLE_KINDS[tk][0]}")
+    not_target = np.arange(C.RK) != tk    # goal objects never start in their target kind
     if f == C.LOOK:
       lamps = [s for s in range(len(kind)) if kind[s] == C.LAMP]
       if not lamps:
         raise ValueError(f"stage {k} (look_at_obj_in_light) has no desklamp")
-      take(cands[0])
-      goto(int(loc[lamps[0]]))
+      take(first_found(cands), not_target)
+      find(int(loc[lamps[0]]), ~not_target)   # the lamp stands on an instance of the goal's kind
       out.append(f"use {name(lamps[0])}")
       continue
     target = first_slot(tk)
-    for s in cands[:need]:
-      take(s)
+    todo = list(cands[:need] if not search else cands)
+    for _ in range(need):
+      s = first_found(todo)
+      todo.remove(s)
+      take(s, not_target)
       if f in _APPLIANCE:
         verb, ak = _APPLIANCE[f]
         r = first_slot(ak)
