@@ -42,6 +42,9 @@ def base_config() -> mlc.ConfigDict:
   c.tokenizer = mlc.ConfigDict(dict(
       path="",  # an existing sentencepiece .model; "" trains one on env text into workdir
       vocab_size=384,
+      # True: the env's `tokenizer_symbols` (MiniShop's item ids) are single tokens of the
+      # tokenizer trained here, so a tiny policy copies an id as one token, not six.
+      env_symbols=False,
   ))
   # name: a JAX env of envs.ENVS, or "host:<adapter>" (envs/host/build.py): kwargs are then
   # the adapter's, and `host` sets its worker pool and text interface.

@@ -75,8 +75,30 @@ def build_tokenizer(c: mlc.ConfigDict, workdir: str):
     from agent_rl.envs.host import build as host_envs
     texts = (host_envs.corpus(c) if host_envs.is_host(c.env.name) else
              env_corpus(c.env.name, dict(c.env.kwargs), world_model=bool(c.sft.world_model)))
-    train_tokenizer(texts, path, c.tokenizer.vocab_size, hard_vocab_limit=False)
+    symbols = env_symbols(c)
+    try:
+      train_tokenizer(texts, path, c.tokenizer.vocab_size, hard_vocab_limit=False,
+                      extra_symbols=symbols)
+    except ValueError as e:  # e.g. too small for the env's symbols: name the config field
+      raise ValueError(f"config.tokenizer.vocab_size ({len(symbols)} env symbols): {e}") from e
   return Tokenizer.load(path)
+
+
+def env_symbols(c: mlc.ConfigDict) -> tuple:
+  """The env's `tokenizer_symbols` when `tokenizer.env_symbols` is on (else ()); an env
+  without them is an error naming the field."""
+  if not c.tokenizer.get("env_symbols", False):
+    return ()
+  from agent_rl.envs.host import build as host_envs
+  if host_envs.is_host(c.env.name):
+    raise ValueError(f"config.tokenizer.env_symbols: host env {c.env.name!r} has no "
+                     "tokenizer_symbols; set it to False")
+  env = envs.make(c.env.name, tokenizer=ByteTokenizer(), **dict(c.env.kwargs))
+  symbols = tuple(getattr(env, "tokenizer_symbols", ()))
+  if not symbols:
+    raise ValueError(f"config.tokenizer.env_symbols: env {c.env.name!r} names no "
+                     "tokenizer_symbols (MiniShop does: its item ids); set it to False")
+  return symbols
 
 
 @dataclasses.dataclass(frozen=True)

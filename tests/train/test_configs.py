@@ -97,7 +97,7 @@ def load(path, arg):
 def shrink(c):
   c.model.hidden, c.model.num_layers, c.model.num_heads = 32, 1, 2
   c.model.num_kv_heads, c.model.intermediate = 1, 64
-  c.tokenizer.vocab_size = 400
+  c.tokenizer.vocab_size = 400 if not c.tokenizer.env_symbols else c.tokenizer.vocab_size
   # A window budget fitted to the config's 1,024-piece tokenizer (TextHouse's 448) cannot hold
   # the same text in 400 pieces: the worst-case window (0) instead.
   c.rollout.window_tokens = 0
