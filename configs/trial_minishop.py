@@ -17,19 +17,21 @@ MiniShop rows, so their GRPO arm is one run set.
 
 Cost: one extra forward over the batch per iteration (the teacher pass; no second model). Paper
 numbers: none recalled for this repo. Expected direction: TRIAL > GRPO in held-out success /
-score. tiny: not measured yet (README "Not yet": the 3-seed row is not run); at tiny scale the
-untrained teacher's gap is mostly noise until the policy can read the privileged text.
+score. tiny: from the same SFT policy run as configs/gigpo_minishop.py (its docstring: held-out
+success 0.00, eval reward +0.02), ~50 min a run here; not run yet (README "Not yet"). At tiny
+scale the teacher's gap is mostly noise until the policy can read the privileged text.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
-from agent_rl.train.world_defaults import full_policy, minishop
+from agent_rl.train.world_defaults import (MINISHOP_SETTING, MINISHOP_SFT_OVERRIDES,
+                                          full_policy, minishop)
 
 VARIANTS = dict(grpo=False, bonus=False)
 COMPARISON = Comparison(  # the claim only: no numbers recalled (docstring)
     arms={"TRIAL": "", "GRPO": "grpo"}, method="TRIAL", baselines=("GRPO",),
-    metrics=("eval/success", "eval/avg@4"),
+    metrics=("eval/success", "eval/avg@4", "eval/reward"),
     paper_source="TRIAL / StepOPSD-style hindsight gap (design proposal): no numbers recalled",
-    paper_verified=False, setting="MiniShop (WebShop-like)")
+    paper_verified=False, overrides=MINISHOP_SFT_OVERRIDES, setting=MINISHOP_SETTING)
 
 
 def get_config(arg: str | None = None):

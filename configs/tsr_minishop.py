@@ -17,18 +17,21 @@ buying now would score), so search steers towards matching items before Buy Now.
 
 Cost: n x generation per turn. Expected direction: TSR rollouts have higher rollout success
 than plain ones at the same policy, and training on them improves held-out (plain, greedy)
-success over GRPO. tiny: not measured yet (README "Not yet": the 3-seed row is not run).
+success over GRPO. tiny: from the same SFT policy run as configs/gigpo_minishop.py (its
+docstring: held-out success 0.00, eval reward +0.02); a plain run is ~50 min here and TSR's
+4 candidates a turn cost more; not run yet (README "Not yet").
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
-from agent_rl.train.world_defaults import full_policy, minishop
+from agent_rl.train.world_defaults import (MINISHOP_SETTING, MINISHOP_SFT_OVERRIDES,
+                                          full_policy, minishop)
 
 VARIANTS = dict(plain=False, beam=False, no_heuristic=False)
 COMPARISON = Comparison(  # TSR's claim: training on searched rollouts beats plain rollouts
     arms={"TSR": "", "GRPO": "plain"}, method="TSR", baselines=("GRPO",),
-    metrics=("eval/success", "eval/avg@4"),
+    metrics=("eval/success", "eval/avg@4", "eval/reward"),
     paper_source="TSR (arXiv:2602.11767, abstract only): no numbers recalled",
-    paper_verified=False, setting="MiniShop (WebShop-like)")
+    paper_verified=False, overrides=MINISHOP_SFT_OVERRIDES, setting=MINISHOP_SETTING)
 
 
 def get_config(arg: str | None = None):

@@ -79,10 +79,13 @@ def minishop(c):
     # for the rollout and the 64 x 4 eval episodes 11.6 GB (one run OOM-killed beside another
     # on this 24 GiB machine). 8 tasks x 8, 32 eval tasks x 4 halve both, 20 iterations.
     c.rollout.num_tasks, c.train.iterations, c.eval.num_tasks = 8, 20, 32
+    c.sft.steps = 300  # the rows start from one such run (MINISHOP_SFT_RECIPE)
     # Item ids as single tokens: split into ~6 digit/letter pieces, the 300-step SFT policy named
     # an id that was on the page in 15 of 120 clicks (held-out success 0.00; 2026-12-04).
     c.tokenizer.env_symbols = True
-  return _windowed(c, tiny_turns=6, full_turns=15, tiny_window=0, tiny_action=32)
+  # 40 action tokens: with 300 ids held whole the 1,024-piece tokenizer has fewer merges, and
+  # the longest expert search turn is 33 tokens.
+  return _windowed(c, tiny_turns=6, full_turns=15, tiny_window=0, tiny_action=40)
 
 
 def full_policy(c, preset: str = "qwen2.5-1.5b"):
@@ -258,6 +261,15 @@ def from_policy_run(run_dir: str, **extra: str) -> dict:
 
 SOKOBAN_SFT40_OVERRIDES = from_policy_run(SOKOBAN_SFT40)
 TEXTHOUSE_SFT_OVERRIDES = from_policy_run(TEXTHOUSE_SFT, sft_steps="0")
+
+# The MiniShop rows (configs/{gigpo,tsr,trial}_minishop.py) start from one SFT policy run too:
+# tiny's 300 steps on 256 solver demos, item ids as single tokens; held-out success 0.00, but
+# half its id clicks name an item on the page and it buys (eval reward +0.02, score terms 0.5-0.6).
+MINISHOP_SFT = "runs/minishop_sft300"
+MINISHOP_SFT_RECIPE = ("python -m agent_rl.train --config=configs/gigpo_minishop.py:tiny "
+                       f"--workdir={MINISHOP_SFT} --config.train.iterations=0")
+MINISHOP_SFT_OVERRIDES = from_policy_run(MINISHOP_SFT, sft_steps="0")
+MINISHOP_SETTING = "MiniShop (WebShop-like), from a 300-step SFT policy run"
 SOKOBAN_SFT40_RECIPE = (  # the policy run every such row starts from (docstrings quote it)
     "python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny "
     f"--workdir={SOKOBAN_SFT40} --config.train.iterations=0 --config.sft.steps=40")

@@ -52,6 +52,9 @@ class TextHouse:
   list_actions: append "Available actions: ..." (every applicable action) to each observation;
   repeat_goal: repeat the goal line in every observation (for `history="windowed"`, whose
   context keeps the prompt and the last turns but drops the first observation).
+  repeat_room: repeat the room's receptacle list ("In the room, you see a cabinet 1, ...") in
+  every observation, before the goal line (windowed histories drop the first observation, the
+  only other place it is; the searching expert's next receptacle depends on it).
   expert: whose plans `solve` returns (SFT demos): "planner" (reads the true state, walks
   straight to hidden objects) or "search" (sweeps receptacles in the room's order until the
   object is in view, as ALFWorld's hand-coded agent explores; solver.py).
@@ -66,6 +69,7 @@ class TextHouse:
   skill_prob: float = 0.0
   list_actions: bool = False
   repeat_goal: bool = False
+  repeat_room: bool = False
   expert: str = "planner"
   reward_weights: tuple = (10.0, 0.0, -0.1)
   max_answer_bytes: int = 64
@@ -100,7 +104,8 @@ class TextHouse:
 
   @property
   def obs_len(self) -> int:
-    step = self.text.step_len + (self.text.goal_len if self.repeat_goal else 0)
+    step = (self.text.step_len + (self.text.goal_len if self.repeat_goal else 0)
+            + (self.text.room_len if self.repeat_room else 0))
     return max(self.text.reset_len, step) + (self.text.adm_len if self.list_actions else 0)
 
   @property
@@ -139,10 +144,13 @@ class TextHouse:
   def render_step(self, state: world.HouseState, event: Event) -> Text:
     ids, mask = self.text.step_ids(state, event)
     out_len = self.text.step_len
-    if self.repeat_goal:                 # windowed histories drop the first observation
-      g_ids, g_mask = self.text.goal_ids(state.task)
-      ids, mask = jnp.concatenate([ids, g_ids]), jnp.concatenate([mask, g_mask])
-      out_len += self.text.goal_len
+    # Windowed histories drop the first observation: the room list and the goal, again.
+    for on, part, n in ((self.repeat_room, self.text.room_ids, self.text.room_len),
+                        (self.repeat_goal, self.text.goal_ids, self.text.goal_len)):
+      if on:
+        p_ids, p_mask = part(state.task)
+        ids, mask = jnp.concatenate([ids, p_ids]), jnp.concatenate([mask, p_mask])
+        out_len += n
     return self._pad(self._render(state, ids, mask, out_len))
 
   def _render(self, state, ids, mask, out_len) -> Text:

@@ -29,6 +29,7 @@ from agent_rl.envs.texthouse.world import HouseState, HouseTask, global_ids, pre
 WELCOME = ("-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. "
            "Looking quickly around you, you see ")
 LOOK_MID = "You are in the middle of a room. Looking quickly around you, you see "
+ROOM = "\n\nIn the room, you see "   # repeat_room's lead (the welcome's overview, again)
 NOTHING = "Nothing happens."
 EXAMINE_O = ("This is a hot and clean {o}.", "This is a cool and clean {o}.", "This is a hot {o}.",
              "This is a clean {o}.", "This is a cold {o}.", "This {o} is on.", "This {o} is off.",
@@ -93,7 +94,7 @@ class HouseText(Digest):
     self.exam_o = add([[t.format(o=x) for x in o] for t in EXAMINE_O])           # [8, G]
     self.inv = add([f"You are carrying: a {x}." for x in o])
     self.inv_none = add("You are not carrying anything.")
-    self.look_mid, self.welcome = add(LOOK_MID), add(WELCOME)
+    self.look_mid, self.welcome, self.room = add(LOOK_MID), add(WELCOME), add(ROOM)
     mx = int(C.REC_MAX.max())
     self.group = add([[[group_text(k, min(c + 1, int(C.REC_MAX[k])), e) for c in range(mx)]
                        for k in range(C.RK)] for e in range(3)])                 # [3, RK, mx]
@@ -129,6 +130,7 @@ class HouseText(Digest):
                         longest(self.look_mid) + overview)
     goal_max = longest(self.then) + longest(self.goal1) + longest(self.goal2)
     self.goal_len = longest(self.task_line) + self.ns * goal_max
+    self.room_len = longest(self.room) + overview
     self.reset_len = longest(self.welcome) + overview + self.goal_len + self.ns * longest(self.skill)
     self.priv_len = 2 * self.ns * (longest(self.priv1) + longest(self.priv2))
     self.adm_len = (longest(self.adm_head) + longest(self.adm_tail) + longest(self.adm_r[0]) * C.R
@@ -250,6 +252,12 @@ class HouseText(Digest):
     gm = jnp.stack([stage > 0, jnp.ones((self.ns,), bool), ~look], axis=1).ravel()
     return (jnp.concatenate([jnp.asarray([self.task_line], jnp.int32), goals]),
             jnp.concatenate([jnp.ones((1,), bool), gm]))
+
+  def room_ids(self, task: HouseTask) -> tuple[jax.Array, jax.Array]:
+    """"\n\nIn the room, you see a cabinet 1, ..., and a garbagecan 1." (the room overview)."""
+    groups, gmask = self._groups(task.rec_count)
+    return (jnp.concatenate([jnp.asarray([self.room], jnp.int32), groups]),
+            jnp.concatenate([jnp.ones((1,), bool), gmask]))
 
   def reset_ids(self, task: HouseTask) -> tuple[jax.Array, jax.Array]:
     """Welcome text, room overview, goal line, then the skill texts if the task is flagged."""

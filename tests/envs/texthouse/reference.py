@@ -47,8 +47,8 @@ def join(items: list[str]) -> str:
 
 class RefHouse:
   def __init__(self, task, stages: int, max_steps: int = 50, max_answer_bytes: int = 64,
-               list_actions: bool = False, repeat_goal: bool = False):
-    self.list_actions, self.repeat_goal = list_actions, repeat_goal
+               list_actions: bool = False, repeat_goal: bool = False, repeat_room: bool = False):
+    self.list_actions, self.repeat_goal, self.repeat_room = list_actions, repeat_goal, repeat_room
     g = lambda x: np.asarray(x).tolist()  # noqa: E731
     self.count = g(task.rec_count)
     self.kind, self.num, self.loc = g(task.obj_kind), g(task.obj_num), g(task.obj_loc)
@@ -246,7 +246,8 @@ class RefHouse:
     return out + ["look", "inventory"]
 
   def suffix(self) -> str:
-    return (self.goal_text() if self.repeat_goal else "") + self.listing()
+    room = f"\n\nIn the room, you see {self.overview()}" if self.repeat_room else ""
+    return room + (self.goal_text() if self.repeat_goal else "") + self.listing()
 
   def listing(self) -> str:
     return "\nAvailable actions: " + ", ".join(self.admissible()) + "." if self.list_actions else ""

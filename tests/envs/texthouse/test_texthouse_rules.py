@@ -43,6 +43,7 @@ def random_turn(rng, ref):
 # Default configs and batch 32, so test_texthouse_solver's replays reuse these compilations.
 @pytest.mark.parametrize("name,kwargs,steps", [("texthouse", {}, 28),
                                                ("texthouse", {"list_actions": True, "repeat_goal": True}, 12),
+                                               ("texthouse", {"repeat_room": True, "repeat_goal": True}, 12),
                                                ("textlab", {}, 28)])
 def test_rules_match_reference(name, kwargs, steps):
   tok = CharTokenizer()
@@ -53,7 +54,8 @@ def test_rules_match_reference(name, kwargs, steps):
   reset, step = batched(env)
   state, obs = reset(jax.random.split(jax.random.key(0), n), tasks)
   refs = [reference.RefHouse(row(tasks, i), env.stages, env.max_steps,
-                            list_actions=env.list_actions, repeat_goal=env.repeat_goal)
+                            list_actions=env.list_actions, repeat_goal=env.repeat_goal,
+                            repeat_room=env.repeat_room)
           for i in range(n)]
   for i in range(n):
     assert decode(tok, obs, i) == refs[i].reset_text()
