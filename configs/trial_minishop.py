@@ -38,7 +38,6 @@ def get_config(arg: str | None = None):
   c, args = scaled_config(arg, VARIANTS)
   minishop(c)
   c.credit.name = "grpo"
-  c.loss.name = "vanilla"
   if "grpo" not in args:
     c.hindsight.mode = "bonus" if "bonus" in args else "weight"
     c.hindsight.beta = 0.5 if "bonus" in args else 1.0

@@ -38,7 +38,6 @@ def get_config(arg: str | None = None):
   c, args = scaled_config(arg, VARIANTS)
   minishop(c)
   c.credit.name = "grpo"
-  c.loss.name = "vanilla"
   if "plain" not in args:
     c.rollout.strategy = "tsr"
     c.rollout.strategy_kwargs.mode = "beam" if "beam" in args else "best_of_n"

@@ -261,6 +261,9 @@ def from_policy_run(run_dir: str, **extra: str) -> dict:
 
 SOKOBAN_SFT40_OVERRIDES = from_policy_run(SOKOBAN_SFT40)
 TEXTHOUSE_SFT_OVERRIDES = from_policy_run(TEXTHOUSE_SFT, sft_steps="0")
+SOKOBAN_SFT40_RECIPE = (  # the policy run every such row starts from (docstrings quote it)
+    "python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny "
+    f"--workdir={SOKOBAN_SFT40} --config.train.iterations=0 --config.sft.steps=40")
 
 # The MiniShop rows (configs/{gigpo,tsr,trial}_minishop.py) start from one SFT policy run too:
 # tiny's 300 steps on 256 solver demos, item ids as single tokens; held-out success 0.00, but
@@ -270,9 +273,6 @@ MINISHOP_SFT_RECIPE = ("python -m agent_rl.train --config=configs/gigpo_minishop
                        f"--workdir={MINISHOP_SFT} --config.train.iterations=0")
 MINISHOP_SFT_OVERRIDES = from_policy_run(MINISHOP_SFT, sft_steps="0")
 MINISHOP_SETTING = "MiniShop (WebShop-like), from a 300-step SFT policy run"
-SOKOBAN_SFT40_RECIPE = (  # the policy run every such row starts from (docstrings quote it)
-    "python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny "
-    f"--workdir={SOKOBAN_SFT40} --config.train.iterations=0 --config.sft.steps=40")
 
 
 def sokoban_from_policy_run(c):
