@@ -24,9 +24,14 @@ hidden attribute tables (a results page shows id, title and price only), so its 
 the tiny policy which items are common, not which one matches. It does learn the mechanics
 (half its id clicks name an item on the page; it picks options and buys, purchase scores
 0.5-0.6, eval reward +0.02), so the row reports `eval/reward` (WebShop's score plus the format
-term) beside success. Cost: ~2.5 min an RL iteration beside another run (64 x 6 window rows of
-up to 1,093 tokens), ~50 min a run; the 3-seed row was started 2026-12-04 and is not finished
-(README "Not yet").
+term) beside success. Cost: ~2 min an RL iteration beside another run (64 x 6 window rows of
+up to 1,093 tokens), 37-44 min a run.
+
+Measured (GiGPO vs GRPO, 3 seeds, 2026-12-04/05; benchmarks/results/reproduce/gigpo_minishop.md):
+held-out success 0.010 in both arms (diff +0.000 [-0.041, +0.041]); held-out reward from +0.02
+to 0.171 [0.127, 0.216] (GiGPO) and 0.135 [-0.055, 0.325] (GRPO), diff +0.036 [-0.142, +0.214]:
+RL improves purchases in both arms, the paper's GiGPO > GRPO does not show at this size (the
+tiny policy's success floor, above). RLOO and PPO arms: not run (~4 h more on this box).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
