@@ -34,6 +34,13 @@ its own games, not that it generalizes. The issue's 10-minute budget is not met:
 ~2,700 tokens (12 turns of ~190-token observations, most of them the admissible list) make the
 learner the cost, and the cut that fits (30 SFT steps of 12, 12 iterations: 9 min 42 s) leaves
 held-out reward at 0.02 and every training rollout after the first iteration unsolved.
+Observation budget (measured 2026-12-05 on 16 training games' gold paths, with the run's
+tokenizer): with the admissible list an observation is 233 tokens at the median (p90 311, max
+351), so `obs_tokens` = 192 keeps the game text and the head of the list and cuts the list's
+tail in most turns (counted in `obs_truncated`). Listing nothing (`env.host.admissible=False`)
+does not make the run cheaper: the median observation is then 11 tokens, but the layout reserves
+`obs_tokens` a turn and the look-around and cookbook turns reach 162 (an SFT step took ~10 s
+beside another run, as with the list).
 """
 from agent_rl.train.config import scaled_config
 
