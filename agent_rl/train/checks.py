@@ -8,6 +8,7 @@ import ml_collections as mlc
 
 from agent_rl.train.config import check_fields, lora_config
 
+
 def validate_config(c: mlc.ConfigDict) -> None:
   """Checks fields, values, registry names and kwargs; raises ValueError naming the field."""
   from agent_rl import credit, envs, losses  # noqa: registries
