@@ -22,9 +22,12 @@ access): verify before citing]: Qwen2.5-1.5B-Instruct, ALFWorld "All" success: P
 
 tiny (2-core CPU): the five one-stage families (pick_two's plans outrun 8 turns), 8 tasks x 8,
 20 RL iterations, from the shared 300-step SFT policy run (world_defaults.TEXTHOUSE_SFT_RECIPE;
-held-out success 0.047, avg@4 0.012). Measured 2026-12-04, 3 seeds (PPO not run): GiGPO
-0.026 +- 0.009 vs GRPO 0.021 +- 0.009, +0.005 [-0.015, +0.026], vs RLOO 0.036 +- 0.018, -0.010
-[-0.048, +0.027]: no difference, and every arm at or below the policy run's 0.047. **At tiny
+held-out success 0.047, avg@4 0.012). Measured 2026-12-04/05, 3 seeds: GiGPO 0.026 +- 0.009
+vs GRPO 0.021 +- 0.009, +0.005 [-0.015, +0.026], vs RLOO 0.036 +- 0.018, -0.010 [-0.048,
++0.027]: no difference, and every arm at or below the policy run's 0.047. PPO ends at 0.000 in
+every seed (0.016-0.062 at iteration 10; entropy 0.21 -> 0.06 while the critic on the shared
+trunk learns from scratch), so GiGPO's +0.026 [+0.004, +0.048] over it is PPO losing the policy
+run's successes, not GiGPO gaining. **At tiny
 scale this row cannot discriminate**: the planner's demos walk straight to the hidden object
 (it reads the true state), which a policy can only find by searching receptacles, so SFT leaves
 success near the floor and training rollouts see 0-5% successes to group on. The searching
