@@ -18,8 +18,9 @@ MiniShop rows, so their GRPO arm is one run set.
 Cost: one extra forward over the batch per iteration (the teacher pass; no second model). Paper
 numbers: none recalled for this repo. Expected direction: TRIAL > GRPO in held-out success /
 score. tiny: from the same SFT policy run as configs/gigpo_minishop.py (its docstring: held-out
-success 0.00, eval reward +0.02), ~50 min a run here; not run yet (README "Not yet"). At tiny
-scale the teacher's gap is mostly noise until the policy can read the privileged text.
+success 0.00, eval reward +0.02), 37-44 min a run here beside another (as gigpo_minishop's);
+not run yet (README "Not yet"). At tiny scale the teacher's gap is mostly noise until the
+policy can read the privileged text.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config

@@ -18,8 +18,8 @@ buying now would score), so search steers towards matching items before Buy Now.
 Cost: n x generation per turn. Expected direction: TSR rollouts have higher rollout success
 than plain ones at the same policy, and training on them improves held-out (plain, greedy)
 success over GRPO. tiny: from the same SFT policy run as configs/gigpo_minishop.py (its
-docstring: held-out success 0.00, eval reward +0.02); a plain run is ~50 min here and TSR's
-4 candidates a turn cost more; not run yet (README "Not yet").
+docstring: held-out success 0.00, eval reward +0.02); a plain run is 37-44 min here beside
+another and TSR's 4 candidates a turn cost more; not run yet (README "Not yet").
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
