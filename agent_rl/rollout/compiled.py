@@ -114,7 +114,7 @@ def _search_turn(loop: EpisodeLoop, params, c: EpisodeCarry, t, step, library=No
   n, k = loop.n, cfg.num_candidates
   keys, was_alive = c.sample_keys, c.alive
   ce, cand = search.expand(c, n, k)
-  big = _Resized(loop, n * k)
+  big = _Resized(loop, n, k)
   ce, action, active = big.act(params, ce, t, cand)
   ce = big.record(ce, t, active, step(ce.env_state, action))
   reward = ce.turns.reward[:, t]
@@ -124,11 +124,11 @@ def _search_turn(loop: EpisodeLoop, params, c: EpisodeCarry, t, step, library=No
 
 
 class _Resized(EpisodeLoop):
-  """The same loop viewed at another batch size (the n*k candidate rows of TSR)."""
+  """The same loop viewed at the n*k candidate rows of TSR (k clones of each episode)."""
 
-  def __init__(self, base: EpisodeLoop, n: int):  # pylint: disable=super-init-not-called
+  def __init__(self, base: EpisodeLoop, n: int, k: int):  # pylint: disable=super-init-not-called
     self.__dict__.update(base.__dict__)
-    self.n = n
+    self.n, self.clones = n * k, k
     if base.cfg.gate is not None:
       raise ValueError("TSR search and the selective gate cannot be combined in one rollout")
 

@@ -123,7 +123,10 @@ class EpisodeLoop:
 
   info_spec: the env's batched info `{key: array or ShapeDtypeStruct [N, ...]}` (compiled.py
   takes it from `jax.eval_shape` of env.step); it fixes the extras columns of the carry.
+  clones: the rows come in runs of this many identical copies at the start of a turn (TSR's
+  candidates, compiled._Resized); the windowed layout prefills one context per run.
   """
+  clones = 1
 
   def __init__(self, policy: Policy, env: Any, cfg: EpisodeConfig, pieces: layout.PromptPieces,
                num_episodes: int, obs_len: int, info_spec: Optional[Mapping[str, Any]] = None,

@@ -27,6 +27,7 @@ from flax import struct
 
 from agent_rl.registry import Registry
 from agent_rl.rollout import intervene, layout
+from agent_rl.rollout.carry import map_rows
 from agent_rl.rollout.layout import TokenBuffer
 from agent_rl.rollout.sampler import generate
 
@@ -121,10 +122,20 @@ class WindowedHistory:
     return c, active
 
   def _sample(self, loop, params, ctx, cvalid, clen, t, active, keys):
-    """`loop.policy` generates an action after the window context (a fresh cache)."""
-    pos = jnp.broadcast_to(jnp.arange(self.ctx, dtype=jnp.int32), (loop.n, self.ctx))
-    last, cache = loop.prefill_last(params, ctx, pos, cvalid, clen,
-                                    loop.policy.cache(loop.n, self.segment_len, turn=t))
+    """`loop.policy` generates an action after the window context (a fresh cache).
+
+    TSR's candidate rows (`loop.clones` = k > 1: rows i*k .. i*k+k-1 are clones of episode i,
+    search.expand) share one context, so it is prefilled once per episode and the logits and
+    cache are repeated k times: the prefill (the turn's largest buffers, attention scores
+    `[rows, H, Lw, Lw]`) runs on n rows, not n * k (MiniShop's tiny TSR: 15.4 -> 4.0 GB of
+    rollout temporaries). Routed per-agent params are per row, so they prefill every clone."""
+    k = loop.clones if loop.policy.route is None else 1
+    n, pctx, pvalid, plen = loop.n // k, ctx[::k], cvalid[::k], clen[::k]
+    pos = jnp.broadcast_to(jnp.arange(self.ctx, dtype=jnp.int32), (n, self.ctx))
+    last, cache = loop.prefill_last(params, pctx, pos, pvalid, plen,
+                                    loop.policy.cache(n, self.segment_len, turn=t))
+    if k > 1:
+      last, cache = map_rows((last, cache), n, lambda x: jnp.repeat(x, k, axis=0))
     gen, _ = generate(loop.decode_fn(params), last, cache, clen, active, keys, loop.cfg.sampler,
                       loop.pad)
     return gen

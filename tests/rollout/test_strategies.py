@@ -1,4 +1,5 @@
 """Rollout strategies on small hand-computed cases, plus the in-loop gate and TSR."""
+import dataclasses
 import itertools
 
 import jax
@@ -196,3 +197,35 @@ def test_tsr_rollout_consistent_and_better(mode):
     return [tok[i][ti[i] == t][0] for i in range(tok.shape[0]) for t in range(3)
             if (ti[i] == t).any()]
   assert np.mean(first_tokens(batch)) > np.mean(first_tokens(plain)) + 3
+
+
+def test_tsr_windowed_prefills_each_context_once():
+  """Windowed TSR: an episode's k candidate clones share one window context, so it is
+  prefilled on the n episode rows and repeated (history.WindowedHistory._sample). Reference:
+  the same rollout with an identity `route`, which makes the loop treat rows as per-agent and
+  prefill every clone (the path before); both must sample the same episodes."""
+  pol, params = tiny_policy()
+  hot = SamplerConfig(temperature=2.0, max_tokens=6, stop_tokens=STOP)
+  base = EpisodeConfig(sampler=hot, max_turns=3, group_size=2, history="windowed",
+                       window_turns=1)
+  cfg = STRATEGIES.get("tsr").configure(base, mode="best_of_n", num_candidates=4,
+                                        heuristic=lambda s: s["last"].astype(jnp.float32))
+  rows = []
+
+  def counted(p):
+    def prefill(graphdef, prm, tokens, *args, **kwargs):
+      rows.append(tokens.shape[0])  # at trace time
+      return p.prefill(graphdef, prm, tokens, *args, **kwargs)
+    return dataclasses.replace(p, prefill=prefill)
+
+  key = jax.random.PRNGKey(5)
+  batch, m = make_rollout(counted(pol), GuessEnv(), cfg, PIECES)(params, tasks(3), key)
+  assert set(rows) == {6}  # 3 tasks x 2 episodes, not x 4 candidates
+  rows.clear()
+  ref_pol = dataclasses.replace(counted(pol), route=lambda prm, agent: prm)
+  ref, mr = make_rollout(ref_pol, GuessEnv(), cfg, PIECES)(params, tasks(3), key)
+  assert set(rows) == {24}
+  np.testing.assert_array_equal(np.asarray(batch.tokens), np.asarray(ref.tokens))
+  np.testing.assert_allclose(np.asarray(batch.logprobs), np.asarray(ref.logprobs), atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(batch.reward), np.asarray(ref.reward))
+  assert int(np.asarray(batch.loss_mask).sum()) > 0
