@@ -7,6 +7,7 @@ import math
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -253,6 +254,54 @@ def test_a_failed_run_is_reported_and_the_others_go_on(toy):
   assert len(failed) == 1 and "out of memory" in failed[0].message
   assert row.missing == (os.path.join(rdir, "toy", "B", "seed0"),)
   assert row.arms[1].stats["eval/success"].n == 1
+
+
+def test_a_run_another_harness_process_holds_is_skipped_and_a_dead_lock_is_taken(toy):
+  """Two harness processes over one results dir: the run the other (live) process holds is
+  skipped, a lock left by a dead process is taken over, and ours is released after the run."""
+  cdir, rdir = toy
+  pc = rep.load("toy", cdir)
+  fake = FakeRun(pc)
+  m0, b0 = (s.workdir for s in runs.plan(pc, "tiny", 1, rdir))
+  live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+  dead = subprocess.Popen([sys.executable, "-c", "pass"])
+  dead.wait()
+  host = socket.gethostname()
+  try:
+    for wd, pid in ((m0, live.pid), (b0, dead.pid)):
+      os.makedirs(wd)
+      with open(os.path.join(wd, runs.LOCK_FILE), "w") as f:
+        f.write(f"{host} {pid}")
+    said = []
+    rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=said.append)
+    assert fake.calls == [("B", 0)]
+    assert f"busy   toy/M/seed0: running in pid {live.pid} on {host}" in "\n".join(said)
+    assert not os.path.exists(os.path.join(b0, runs.LOCK_FILE))  # ours, released
+    assert os.path.exists(os.path.join(m0, runs.LOCK_FILE))  # the live process's, kept
+  finally:
+    live.kill()
+    live.wait()
+  fake.calls.clear()  # its holder died: the next pass runs it
+  rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=lambda s: None)
+  assert fake.calls == [("M", 0)]
+
+
+def test_a_run_finished_elsewhere_after_planning_is_not_rerun(toy):
+  """A run another process finishes while this one works through its list is skipped when
+  its turn comes (the state is read again under the lock)."""
+  cdir, rdir = toy
+  pc = rep.load("toy", cdir)
+  fake = FakeRun(pc)
+  m0, b0 = runs.plan(pc, "tiny", 1, rdir)
+
+  def first_also_finishes_b0(spec):
+    if spec == m0:
+      fake(b0)
+    return fake(spec)
+  said = []
+  rep.reproduce(pc, "tiny", 1, rdir, runner=first_also_finishes_b0, echo=said.append)
+  assert fake.calls == [("B", 0), ("M", 0)]
+  assert "skip   toy/B/seed0: finished (step 5)" in said
 
 
 def test_override_typing():

@@ -29,6 +29,7 @@ import dataclasses
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -268,6 +269,50 @@ class Outcome:
 
 
 Runner = Callable[[RunSpec], int]
+LOCK_FILE = "reproduce.lock"  # "<host> <pid>" of the harness process running this workdir
+
+
+def claim(workdir: str) -> Optional[str]:
+  """Takes the workdir's lock for this process; returns None when taken, else who holds it.
+
+  Two harness processes over one results dir (a second `reproduce.py` started beside the
+  first, to add runs at once) must not train into the same workdir: the first to start a run
+  holds its lock until the run ends. A lock left by a dead process on this host is taken over;
+  one from another host cannot be checked, so it holds until its file is removed (the message
+  names it). A bucket results dir (gs://) is not locked."""
+  if "://" in workdir:
+    return None
+  os.makedirs(workdir, exist_ok=True)
+  path, me = os.path.join(workdir, LOCK_FILE), f"{socket.gethostname()} {os.getpid()}"
+  for _ in range(2):
+    try:
+      fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+      with open(path) as f:
+        host, _, pid = f.read().strip().partition(" ")
+      if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+        os.remove(path)  # its process died (killed harness): take it over
+        continue
+      return f"running in pid {pid} on {host} (its lock: {path})"
+    with os.fdopen(fd, "w") as f:
+      f.write(me)
+    return None
+  return f"its lock {path} is contended"
+
+
+def release(workdir: str) -> None:
+  if "://" not in workdir and os.path.exists(os.path.join(workdir, LOCK_FILE)):
+    os.remove(os.path.join(workdir, LOCK_FILE))
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # another user's live process
+    return True
+  return True
 
 
 def _add_seconds(workdir: str, seconds: float) -> None:
@@ -319,12 +364,22 @@ def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subproce
            + (f" from step {step}" if state == "resume" else ""))
 
   def one(s: RunSpec) -> Outcome:
+    held = claim(s.workdir)
+    if held:  # another harness process is running it
+      echo(f"busy   {s.paper}/{s.arm}/seed{s.seed}: {held}")
+      return Outcome(s, "skipped", 0.0, held)
     t0 = time.perf_counter()
     try:
+      state, step = status(build_config(pc, s.arg, s.overrides), s.workdir)
+      if state == "done":  # finished by another process since this one planned
+        echo(f"skip   {s.paper}/{s.arm}/seed{s.seed}: finished (step {step})")
+        return Outcome(s, "skipped", 0.0, f"done (step {step})")
       rc = runner(s)
       msg = "" if rc == 0 else f"exit status {rc}; see {os.path.join(s.workdir, 'reproduce.log')}"
     except Exception as e:  # a runner error is that run's failure
       rc, msg = 1, f"{type(e).__name__}: {e}"
+    finally:
+      release(s.workdir)
     o = Outcome(s, "ran" if rc == 0 else "failed", time.perf_counter() - t0, msg)
     _add_seconds(s.workdir, o.seconds)
     echo(f"{'done  ' if rc == 0 else 'FAILED'} {s.paper}/{s.arm}/seed{s.seed} in "
