@@ -76,6 +76,19 @@ def validate_config(c: mlc.ConfigDict) -> None:
        f"must be constant|cosine, got {c.optim.schedule!r}")
   need(c.train.iterations >= 0, "train.iterations", "must be >= 0")
   need(c.train.epochs >= 1, "train.epochs", "must be >= 1")
+  warm = c.train.get("critic_warmup", 0)
+  need(isinstance(warm, int) and not isinstance(warm, bool) and 0 <= warm, "train.critic_warmup",
+       f"must be an int >= 0, got {warm!r}")
+  if warm:
+    need(c.model.critic != "none", "train.critic_warmup",
+         f"{warm} critic-only iterations need a critic (model.critic shared|separate)")
+    need(warm < c.train.iterations, "train.critic_warmup",
+         f"{warm} must be < train.iterations ({c.train.iterations}): the actor never trains")
+    need("value" in [t.strip() for t in str(c.loss.terms).split(",")] and c.loss.value_coef > 0,
+         "train.critic_warmup", "needs the value term (loss.terms holds 'value', "
+         "loss.value_coef > 0): it is what the warm-up trains")
+    need(c.agents.mode == "shared", "train.critic_warmup",
+         f"supported with agents.mode='shared' (one network), got {c.agents.mode!r}")
   need(c.sft.steps >= 0, "sft.steps", "must be >= 0")
   need(c.sft.get("plans", "expert") in ("expert", "route_agreement"), "sft.plans",
        f"must be expert|route_agreement, got {c.sft.get('plans')!r}")

@@ -135,6 +135,10 @@ def base_config() -> mlc.ConfigDict:
       microbatches=1,
       log_every=1, eval_every=5, ckpt_every=5, keep_checkpoints=3,
       halt_on_nan=True,
+      # > 0 (with a critic): the first this many RL iterations update the critic alone
+      # (the value term; verl's trainer.critic_warmup), the policy does not move; the actor's
+      # first update then starts a fresh optimizer state (train/phases.py).
+      critic_warmup=0,
   ))
   c.sft = mlc.ConfigDict(dict(
       steps=0, batch_size=32, lr=1e-3, num_demos=512, world_model=False,

@@ -2,6 +2,8 @@
 gradient accumulation (optax.MultiSteps)."""
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import ml_collections as mlc
 import optax
 
@@ -34,3 +36,26 @@ def make_optimizer(o: mlc.ConfigDict, total_steps: int) -> optax.GradientTransfo
   if o.grad_accum > 1:
     opt = optax.MultiSteps(opt, every_k_schedule=int(o.grad_accum))
   return opt
+
+
+def critic_only(opt: optax.GradientTransformation, policy_key: str = "lm"
+                ) -> optax.GradientTransformation:
+  """`opt` restricted to the critic: the gradients of the `policy_key` subtree (the policy LM)
+  are zeroed before `opt` (so clipping and the moments see the critic's alone) and its
+  updates after (weight decay included), so the policy does not move. Same state as `opt`
+  (one checkpoint layout for the critic warm-up and the RL updates after it)."""
+
+  def mask(tree):
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: jnp.zeros_like(x) if _top_key(path) == policy_key else x, tree)
+
+  def update(grads, state, params=None):
+    updates, state = opt.update(mask(grads), state, params)
+    return mask(updates), state
+
+  return optax.GradientTransformation(opt.init, update)
+
+
+def _top_key(path) -> str:
+  k = path[0] if path else None
+  return getattr(k, "key", getattr(k, "name", None))

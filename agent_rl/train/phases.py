@@ -27,7 +27,8 @@ from agent_rl.parallel.distributed import main_process_first
 from agent_rl.train import hindsight, learner, sft
 from agent_rl.train.checkpoint import CheckpointLayoutError, RunCheckpoint
 from agent_rl.train.metrics import check_finite, progress, to_host
-from agent_rl.train.state import StateSpec, TrainState, copy_tree, new_train_state
+from agent_rl.train.state import (StateSpec, TrainState, copy_tree, fresh_opt_state,
+                                  new_train_state)
 
 
 class SimulatedKill(RuntimeError):
@@ -96,6 +97,7 @@ class Run:
   eval_envs: tuple = ()  # (name, env, prompt pieces) of each config.eval.variant_kwargs panel
   counterparts: tuple = ()  # agents.counterparts.Counterpart of each config.eval.counterparts
   forward_chunks: int = 1  # slices of the rollout rows per no-grad forward (train.microbatches)
+  critic_update: Optional[Callable] = None  # rl_update's critic-only twin (train.critic_warmup)
 
   @property
   def sft_steps(self) -> int:
@@ -306,15 +308,24 @@ def rl_phase(run: Run, prog: Progress) -> dict:
     return evaluate_only(run, prog)
   bar = progress(run.iterations, prog.meta.iteration, "rl")
   last: dict = {}
+  warm = int(c.train.get("critic_warmup", 0))
   while prog.meta.iteration < run.iterations:
     t0 = time.perf_counter()
+    if warm and prog.meta.iteration == warm:  # the actor's first update: a fresh optimizer
+      run.ckpt.wait()
+      prog = dataclasses.replace(prog, state=prog.state.replace(opt_state=fresh_opt_state(
+          run.spec, prog.state.params, run.rl_opt)))
     rows, rmetrics, batch, shaper_state, k_upd = rl_batch(run, prog, prog.meta.iteration)
     # Where the iteration goes (rollout and credit vs the update): the rows are waited for,
     # which the update would do anyway.
     jax.block_until_ready(rows)
     t_rows = time.perf_counter() - t0
     run.ckpt.wait()  # the async save overlapped the rollout; the update donates the state
-    state, umetrics = run.rl_update(prog.state, run.spec.place.batch(rows), k_upd)
+    # Critic warm-up (verl's trainer.critic_warmup): the value term alone, the policy fixed.
+    update = run.critic_update if prog.meta.iteration < warm else run.rl_update
+    state, umetrics = update(prog.state, run.spec.place.batch(rows), k_upd)
+    if warm:
+      umetrics = {**umetrics, "train/critic_only": float(prog.meta.iteration < warm)}
     meta = dataclasses.replace(prog.meta, iteration=prog.meta.iteration + 1,
                                shaper_state=shaper_state)
     m = to_host({**rmetrics, **umetrics,

@@ -35,7 +35,7 @@ from agent_rl.train.config import validate
 from agent_rl.train import teacher as teacher_lib
 from agent_rl.train.teacher import uses_teacher
 from agent_rl.train.metrics import MetricWriter
-from agent_rl.train.optim import make_optimizer
+from agent_rl.train.optim import critic_only, make_optimizer
 from agent_rl.train.phases import Preempted, SimulatedKill  # noqa: F401 (re-exported)
 from agent_rl.train.setup import build, eval_variants, model_factory
 from agent_rl.train.epochs import make_scan_update
@@ -104,7 +104,8 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   pretrained.save_run_agents(ag, workdir)  # the resolved count (eval, export, teachers read it)
   spec = state_spec(model_factory(c, setup.model_cfg, ag), place)
   sft_steps, iters = int(c.sft.steps), int(c.train.iterations)
-  rl_opt = make_optimizer(c.optim, iters * updates_per_iteration(c))
+  warm = int(c.train.get("critic_warmup", 0))  # the actor's schedule spans its own updates
+  rl_opt = make_optimizer(c.optim, (iters - warm) * updates_per_iteration(c))
   sft_opt = make_optimizer(mlc.ConfigDict(dict(c.optim.to_dict(), lr=c.sft.lr, warmup_steps=0,
                                                schedule="constant")), max(sft_steps, 1))
   if setup.model_cfg.lora is not None:  # only adapters (and a critic head) train and hold state
@@ -169,6 +170,20 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   def rl_train_step(state, rows, key):  # one iteration's epochs x minibatches, one program
     return scan(state, rows, key)
 
+  critic_update = None
+  if warm:  # critic warm-up: the value term alone, the policy LM's updates zeroed (optim.py)
+    value_c = c.copy_and_resolve_references()
+    value_c.loss.terms = "value"
+    value_objective = build_objective(value_c)
+    value_loss = lambda params, mb, key: value_objective(
+        apply_fn(params, mb.tokens, mb.position, mb.attention_mask, dropout_key=key,
+                 agent=mb.agent), mb, key)
+    if setup.model_cfg.lora is not None:
+      value_loss = lora_learner.frozen_loss(value_loss)
+    critic_update = jit_update(make_scan_update(
+        make_train_step(value_loss, critic_only(rl_opt), grad_metrics, microbatches=micro),
+        epochs=int(c.train.epochs), minibatch_rows=int(mb_rows)), spec, rl_opt)
+
   return phases.Run(
       c=c, workdir=workdir, setup=setup, ecfg=ecfg, spec=spec, policy=policy, rl_opt=rl_opt,
       sft_opt=sft_opt, rl_update=jit_update(rl_train_step, spec, rl_opt),
@@ -177,7 +192,7 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
       strategy_kwargs=strat_kw,
       uses_reference=uses_reference(c),
       teacher=teacher[:3] if teacher is not None and c.distill.coef > 0 else None,
-      reward_model=reward_model, ckpt=ckpt,
+      reward_model=reward_model, ckpt=ckpt, critic_update=critic_update,
       writer=MetricWriter.from_config(c, workdir), kill_after=kill_after,
       eval_envs=eval_variants(c, setup), counterparts=counterparts.load(c, setup, place),
       # A forward over the rollout's rows (critic, reference, teacher, hindsight) in slices of
