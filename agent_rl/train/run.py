@@ -146,9 +146,9 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   objective = build_objective(c)
   # The step key also drives LoRA dropout in the loss's forward (not in the rollout's old
   # log-probs): the ratio's numerator is the dropped-out policy, as PEFT-trained TRL PPO.
-  rl_loss = lambda params, mb, key: objective(
-      apply_fn(params, mb.tokens, mb.position, mb.attention_mask, dropout_key=key,
-               agent=mb.agent), mb, key)
+  stats = lambda params, mb, key: apply_fn(params, mb.tokens, mb.position, mb.attention_mask,
+                                           dropout_key=key, agent=mb.agent)
+  rl_loss = lambda params, mb, key: objective(stats(params, mb, key), mb, key)
   sft_loss = sft.make_sft_loss(apply_fn)
   if setup.model_cfg.lora is not None:  # no base-weight gradients are computed at all
     rl_loss, sft_loss = lora_learner.frozen_loss(rl_loss), lora_learner.frozen_loss(sft_loss)
@@ -163,30 +163,28 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   mb_rows = c.train.minibatch_episodes * (c.rollout.max_turns if ecfg.history == "windowed" else 1)
   grad_metrics = functools.partial(agents.per_agent_norms, ag.mode, num=ag.num)
   micro = int(c.train.microbatches)
-  scan = make_scan_update(make_train_step(rl_loss, rl_opt, grad_metrics, microbatches=micro),
-                          epochs=int(c.train.epochs),
-                          minibatch_rows=int(mb_rows))
 
-  def rl_train_step(state, rows, key):  # one iteration's epochs x minibatches, one program
-    return scan(state, rows, key)
+  def rl_update(loss, opt):
+    scan = make_scan_update(make_train_step(loss, opt, grad_metrics, microbatches=micro),
+                            epochs=int(c.train.epochs), minibatch_rows=int(mb_rows))
+
+    def rl_train_step(state, rows, key):  # one iteration's epochs x minibatches, one program
+      return scan(state, rows, key)
+    return jit_update(rl_train_step, spec, rl_opt)
 
   critic_update = None
   if warm:  # critic warm-up: the value term alone, the policy LM's updates zeroed (optim.py)
     value_c = c.copy_and_resolve_references()
     value_c.loss.terms = "value"
     value_objective = build_objective(value_c)
-    value_loss = lambda params, mb, key: value_objective(
-        apply_fn(params, mb.tokens, mb.position, mb.attention_mask, dropout_key=key,
-                 agent=mb.agent), mb, key)
+    value_loss = lambda params, mb, key: value_objective(stats(params, mb, key), mb, key)
     if setup.model_cfg.lora is not None:
       value_loss = lora_learner.frozen_loss(value_loss)
-    critic_update = jit_update(make_scan_update(
-        make_train_step(value_loss, critic_only(rl_opt), grad_metrics, microbatches=micro),
-        epochs=int(c.train.epochs), minibatch_rows=int(mb_rows)), spec, rl_opt)
+    critic_update = rl_update(value_loss, critic_only(rl_opt))
 
   return phases.Run(
       c=c, workdir=workdir, setup=setup, ecfg=ecfg, spec=spec, policy=policy, rl_opt=rl_opt,
-      sft_opt=sft_opt, rl_update=jit_update(rl_train_step, spec, rl_opt),
+      sft_opt=sft_opt, rl_update=rl_update(rl_loss, rl_opt),
       sft_step=jit_step(make_train_step(sft_loss, sft_opt, microbatches=micro), spec, sft_opt),
       credit_fn=credit_fn, roll_fn=roll_fn, baseline_fn=baseline_fn, strategy=strategy,
       strategy_kwargs=strat_kw,
