@@ -18,8 +18,15 @@ buying now would score), so search steers towards matching items before Buy Now.
 Cost: n x generation per turn. Expected direction: TSR rollouts have higher rollout success
 than plain ones at the same policy, and training on them improves held-out (plain, greedy)
 success over GRPO. tiny: from the same SFT policy run as configs/gigpo_minishop.py (its
-docstring: held-out success 0.00, eval reward +0.02); a plain run is 37-44 min here beside
-another and TSR's 4 candidates a turn cost more; not run yet (README "Not yet").
+docstring: held-out success 0.00, eval reward +0.02). Measured 2026-12-05, 3 seeds (~40 min a
+run beside another; a TSR iteration ~100-110 s, its rollout 33-37 s vs plain's 29 s, since the
+window is prefilled once per episode and only decoding runs on the 4 candidates): the first
+claim holds, TSR's training rollouts score far above plain ones at the same policy (rollout
+reward +0.06 -> +0.11 over the first / last 5 iterations, success 0.02-0.03, vs GRPO's -0.23
+-> -0.17 and ~0.00), but training on them does not carry over to the plain greedy policy:
+held-out success 0.000 vs GRPO's 0.010, -0.010 [-0.055, +0.034]; reward 0.104 vs 0.135, -0.031
+[-0.191, +0.130] (n.s.). Not the paper's direction at this size: the searched actions are
+picked by the env's progress heuristic, not learned, and 20 iterations do not distil them.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
