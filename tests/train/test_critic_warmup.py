@@ -10,14 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agent_rl.parallel.placement import make_placement
-from agent_rl.train.checkpoint import RunCheckpoint
 from agent_rl.train.config import validate
 from agent_rl.train.optim import critic_only, make_optimizer
 from agent_rl.train.run import SimulatedKill, run
-from agent_rl.train.setup import build, model_factory
-from agent_rl.train.state import state_spec
-from tests.train.tiny import tiny_config
+from tests.train.tiny import checkpoint_params, tiny_config
 
 
 def test_critic_only_moves_the_critic_alone():
@@ -46,14 +42,7 @@ def _config(iterations=3):
 
 
 def _params(c, workdir, step):
-  place = make_placement(c.mesh)
-  with place.context():
-    setup = build(c, workdir)
-    spec = state_spec(model_factory(c, setup.model_cfg), place)
-    ck = RunCheckpoint(os.path.join(workdir, "checkpoints"), async_save=False, read_only=True)
-    params = ck.restore_params(spec.abstract_params(), step=step).params
-    ck.close()
-  return jax.tree.map(np.asarray, params)
+  return jax.tree.map(np.asarray, checkpoint_params(c, workdir, step))
 
 
 def _records(workdir):

@@ -16,12 +16,8 @@ import jax
 import numpy as np
 import pytest
 
-from agent_rl.parallel.placement import make_placement
-from agent_rl.train.checkpoint import RunCheckpoint
 from agent_rl.train.run import run
-from agent_rl.train.setup import build, model_factory
-from agent_rl.train.state import state_spec
-from tests.train.tiny import tiny_config
+from tests.train.tiny import checkpoint_params, tiny_config
 
 RTOL, ATOL = 2e-4, 1e-6
 
@@ -70,13 +66,7 @@ def test_sharded_run_matches_one_device(mesh, one_device, tmp_path):
 
 def _params(c, workdir, step):
   """The RL params of checkpoint `step`, restored onto `c`'s mesh, as host arrays."""
-  place = make_placement(c.mesh)
-  with place.context():
-    setup = build(c, workdir)
-    spec = state_spec(model_factory(c, setup.model_cfg), place)
-    ck = RunCheckpoint(os.path.join(workdir, "checkpoints"), async_save=False, read_only=True)
-    params = ck.restore_params(spec.abstract_params(), step=step).params
-    ck.close()
+  params = checkpoint_params(c, workdir, step)
   devs = {d for x in jax.tree.leaves(params) for d in x.sharding.device_set}
   assert len(devs) == (c.mesh.num_devices or 8)
   return jax.tree.map(np.asarray, params)

@@ -21,3 +21,20 @@ def tiny_config(*, iterations=2, ckpt_every=1, sft_steps=0, credit="grpo", loss=
   c.eval.num_tasks, c.eval.k = 4, 2
   c.mesh.num_devices = 1  # tests see 8 fake devices; the sharded tests ask for them explicitly
   return c
+
+
+def checkpoint_params(c, workdir, step):
+  """The params of checkpoint `step` of the run in `workdir`, restored onto `c`'s mesh."""
+  import os
+  from agent_rl.parallel.placement import make_placement
+  from agent_rl.train.checkpoint import RunCheckpoint
+  from agent_rl.train.setup import build, model_factory
+  from agent_rl.train.state import state_spec
+  place = make_placement(c.mesh)
+  with place.context():
+    setup = build(c, workdir)
+    spec = state_spec(model_factory(c, setup.model_cfg), place)
+    ck = RunCheckpoint(os.path.join(workdir, "checkpoints"), async_save=False, read_only=True)
+    params = ck.restore_params(spec.abstract_params(), step=step).params
+    ck.close()
+  return params
