@@ -18,9 +18,19 @@ MiniShop rows, so their GRPO arm is one run set.
 Cost: one extra forward over the batch per iteration (the teacher pass; no second model). Paper
 numbers: none recalled for this repo. Expected direction: TRIAL > GRPO in held-out success /
 score. tiny: from the same SFT policy run as configs/gigpo_minishop.py (its docstring: held-out
-success 0.00, eval reward +0.02), 37-44 min a run here beside another (as gigpo_minishop's);
-not run yet (README "Not yet"). At tiny scale the teacher's gap is mostly noise until the
-policy can read the privileged text.
+success 0.00, eval reward +0.02). Measured 2026-12-05, 3 seeds (40-60 min a run beside
+another; an iteration ~135 s against GRPO's ~98 s): **TRIAL collapses** at this size. Held-out
+reward -0.571 vs GRPO's 0.135, -0.706 [-0.862, -0.549] (p < 0.001, the opposite of the
+claim); success 0.000 vs 0.010. Training rollout reward -0.27 -> -0.59 (first / last 5
+iterations; GRPO -0.23 -> -0.17); two seeds reach -0.600 in every episode by iteration 7-9
+(six invalid `click[...]` on the search page, never a search), after which all advantages
+and gradients are zero. The teacher pass rates the student's tokens lower on average (gap
+-0.20 to -0.23 nats a token: the network never saw privileged text in training), and the
+per-row weights double the gradient norm of the first iterations (0.81-0.95 vs GRPO's
+0.44-0.50) while concentrating failed episodes' blame on the tokens the informed teacher
+rejects, consistent with the search turn being pushed down (a teacher that knows the product
+needs no search). A teacher that can read the privileged text (SFT on it first) is the
+regime the method assumes.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
