@@ -29,13 +29,14 @@ MODES = ("shared", "lora", "separate")
 SEED_STRIDE = 1009  # agent k's init seed is seed + k * SEED_STRIDE
 
 
-def _names(path) -> list[str]:
+def path_names(path) -> list[str]:
+  """The key names of a pytree path (nnx.State / dict keys, attributes, indices) as strings."""
   return [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
 
 
 def is_adapter(path) -> bool:
   """A leaf of the policy LM's LoRA adapters (`lm/.../*_lora_a|b`)."""
-  names = _names(path)
+  names = path_names(path)
   return bool(names) and names[0] == "lm" and any(n.endswith(("_lora_a", "_lora_b"))
                                                   for n in names)
 

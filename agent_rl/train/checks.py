@@ -84,7 +84,8 @@ def validate_config(c: mlc.ConfigDict) -> None:
          f"{warm} critic-only iterations need a critic (model.critic shared|separate)")
     need(warm < c.train.iterations, "train.critic_warmup",
          f"{warm} must be < train.iterations ({c.train.iterations}): the actor never trains")
-    need("value" in [t.strip() for t in str(c.loss.terms).split(",")] and c.loss.value_coef > 0,
+    from agent_rl.objective.terms import term_names
+    need("value" in term_names(c) and c.loss.value_coef > 0,
          "train.critic_warmup", "needs the value term (loss.terms holds 'value', "
          "loss.value_coef > 0): it is what the warm-up trains")
     need(c.agents.mode == "shared", "train.critic_warmup",

@@ -21,17 +21,15 @@ from typing import Any
 import jax
 import optax
 
+from agent_rl.agents.params import path_names
+
 TRAIN, FROZEN = "train", "frozen"
-
-
-def _key_name(k) -> str:
-  return str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))))
 
 
 def is_trainable(path) -> bool:
   """A params leaf trains under LoRA when it is an adapter (`*_lora_a` / `*_lora_b`) or lies
   outside the policy LM (`lm`), e.g. a value head; every other LM weight is frozen."""
-  names = [_key_name(k) for k in path]
+  names = path_names(path)
   if not names or names[0] != "lm":
     return True
   return any(n.endswith(("_lora_a", "_lora_b")) for n in names)

@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import ml_collections as mlc
 import optax
 
+from agent_rl.agents.params import path_names
+
 
 def make_schedule(o: mlc.ConfigDict, total_steps: int) -> optax.Schedule:
   total = max(int(o.total_steps or total_steps), 1)
@@ -47,15 +49,10 @@ def critic_only(opt: optax.GradientTransformation, policy_key: str = "lm"
 
   def mask(tree):
     return jax.tree_util.tree_map_with_path(
-        lambda path, x: jnp.zeros_like(x) if _top_key(path) == policy_key else x, tree)
+        lambda path, x: jnp.zeros_like(x) if path_names(path)[:1] == [policy_key] else x, tree)
 
   def update(grads, state, params=None):
     updates, state = opt.update(mask(grads), state, params)
     return mask(updates), state
 
   return optax.GradientTransformation(opt.init, update)
-
-
-def _top_key(path) -> str:
-  k = path[0] if path else None
-  return getattr(k, "key", getattr(k, "name", None))
