@@ -12,7 +12,7 @@ import os
 import shlex
 from typing import Callable, Optional, Sequence
 
-from agent_rl.eval.reproduce import cross_play, results, runs
+from agent_rl.eval.reproduce import cross_play, record, results, runs
 from agent_rl.eval.reproduce.comparison import (CONFIGS_DIR, PaperConfig, load_comparisons,
                                                 load_config)
 
@@ -70,16 +70,24 @@ def reproduce(pc: PaperConfig, scale: str, seeds: int, results_dir: str, overrid
   cross-play when the row asks for it, then writes RESULTS_DIR/<paper>.{json,md,png}. Returns
   (the row, the run outcomes)."""
   specs = runs.plan(pc, scale, seeds, results_dir, overrides, arms)
+  rec = record.read(results_dir, pc.name)
+
+  def recorded(c, s: runs.RunSpec):
+    return record.lookup(rec, c, s.workdir, scale, overrides)
+
   if run:
     for arm in dict.fromkeys(s.arm for s in specs):
       why = runs.arm_problem(pc, scale, arm, overrides)
       if why:
         raise ValueError(f"{pc.name}/{arm} cannot run: {why}")
-  outcomes = (runs.execute(pc, specs, runner or runs.subprocess_runner, jobs, echo)
+  outcomes = (runs.execute(pc, specs, runner or runs.subprocess_runner, jobs, echo, recorded)
               if run else [])
   if run and pc.comparison.cross_play:
     cross_play.execute(pc, specs, eval_runner or cross_play.subprocess_eval, jobs, echo)
-  row = results.collect(pc, specs, scale, seeds, overrides)
+  # The row holds every arm, not only those --arms ran (the others from their workdirs or the
+  # record): a row written from a subset would drop the arms measured before.
+  row = results.collect(pc, runs.plan(pc, scale, seeds, results_dir, overrides), scale, seeds,
+                        overrides, recorded)
   paths = results.write_row(row, results_dir)
   echo("wrote " + ", ".join(paths))
   return row, outcomes

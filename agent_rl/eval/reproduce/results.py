@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from etils import epath
 
@@ -32,6 +32,8 @@ class RunResult:
   sft_steps: int
   curves: dict
   seconds: Optional[float]
+  config: Optional[dict] = None  # the run's config.json (the record's check, record.lookup)
+  recorded: bool = False  # read from the committed <paper>.json: the workdir is not here
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,9 +78,15 @@ class RowResult:
   wall_seconds: float  # the harness's wall time in the finished runs, summed over resumes
 
 
-def read_run(pc: PaperConfig, spec: RunSpec, metrics: Sequence[str]) -> RunResult:
+def read_run(pc: PaperConfig, spec: RunSpec, metrics: Sequence[str],
+             recorded: Callable[[object, RunSpec], Optional[dict]] = lambda c, s: None
+             ) -> RunResult:
   c = build_config(pc, spec.arg, spec.overrides)
   state, _ = status(c, spec.workdir)
+  rec = recorded(c, spec) if state == "new" else None
+  if rec is not None:  # the committed record's values (record.py)
+    fields = {f.name for f in dataclasses.fields(RunResult)}
+    return RunResult(**{**{k: v for k, v in rec.items() if k in fields}, "recorded": True})
   wd = epath.Path(spec.workdir)
   recs = read_jsonl(wd / "metrics.jsonl") if (wd / "metrics.jsonl").exists() else []
   curves = {m: [(r["step"], r[m]) for r in recs if m in r] for m in metrics}
@@ -91,15 +99,22 @@ def read_run(pc: PaperConfig, spec: RunSpec, metrics: Sequence[str]) -> RunResul
                if sft and any(step == sft for step, _ in pts)}
   tpath = wd / TIME_FILE
   secs = json.loads(tpath.read_text())["seconds"] if tpath.exists() else None
-  return RunResult(spec.seed, spec.workdir, state == "done", final, after_sft, sft, curves, secs)
+  cpath = wd / "config.json"
+  config = json.loads(cpath.read_text()) if cpath.exists() else None
+  return RunResult(spec.seed, spec.workdir, state == "done", final, after_sft, sft, curves, secs,
+                   config)
 
 
 def collect(pc: PaperConfig, specs: Sequence[RunSpec], scale: str, seeds: int,
-            user_overrides: Sequence[tuple[str, str]] = ()) -> RowResult:
+            user_overrides: Sequence[tuple[str, str]] = (),
+            recorded: Callable[[object, RunSpec], Optional[dict]] = lambda c, s: None
+            ) -> RowResult:
+  """The row from `specs`' workdirs, or from the record (`recorded`, record.lookup) where a
+  workdir is not here."""
   comp = pc.comparison
   runs = {a: [] for a in comp.arms if any(s.arm == a for s in specs)}
   for s in specs:
-    runs[s.arm].append(read_run(pc, s, comp.metrics))
+    runs[s.arm].append(read_run(pc, s, comp.metrics, recorded))
   arms = []
   for a, rs in runs.items():
     done = [r for r in rs if r.finished]
@@ -155,6 +170,13 @@ def row_markdown(row: RowResult) -> str:
   if row.overrides:
     lines.append("- overrides: " + " ".join(f"`{k}={v}`" for k, v in row.overrides))
   lines.append(f"- wall time of the finished runs (summed): {row.wall_seconds / 3600:.2f} h")
+  recorded = [r for a in row.arms for r in a.runs if r.recorded]
+  if recorded:
+    unkept = sum(r.config is None for r in recorded)
+    lines.append(f"- {len(recorded)} runs read from this row's committed record (their workdirs "
+                 "were not in the results dir when it was written)"
+                 + (f"; {unkept} of them recorded before configs were kept, so not checked "
+                    "field by field (recorded, config not kept)" if unkept else ""))
   for m in row.metrics:
     lines += ["", f"## Final `{m}` per arm (mean, std and 95% t-interval over seeds)", "",
               "| arm | variant | n | mean | std | 95% CI | paper | per seed | after SFT "

@@ -197,19 +197,25 @@ def config_differences(saved: dict, want: dict) -> list[str]:
   return sorted(set(bad))
 
 
-def check_same_config(c, workdir: str) -> None:
-  """Raises StaleRunError naming the fields where workdir/config.json differs from `c`
-  (config_differences)."""
-  path = epath.Path(workdir) / "config.json"
-  if not path.exists():
-    return
-  saved = _flat(json.loads(path.read_text()))
+def differences(c, saved: dict) -> list[str]:
+  """config_differences between a saved run's config (nested, as config.json, or flat) and
+  the built config `c`."""
   want = _flat(json.loads(c.to_json_best_effort()))
   if ((want.get("distill.coef", 0) > 0 or want.get("distill.intervene", 0) > 0)
       and not want.get("tokenizer.path")):
     want.pop("tokenizer.path")  # run() fills it with the teacher's tokenizer before saving
-  bad = config_differences(saved, want)
+  return config_differences(_flat(saved), want)
+
+
+def check_same_config(c, workdir: str) -> None:
+  """Raises StaleRunError naming the fields where workdir/config.json differs from `c`
+  (config_differences)."""
+  saved = _saved_config(workdir)
+  if saved is None:
+    return
+  bad = differences(c, saved)
   if bad:
+    want = _flat(json.loads(c.to_json_best_effort()))
     shown = ", ".join(f"{k}: {saved.get(k, '(unset)')!r} there, {want.get(k, '(unset)')!r} here"
                       for k in bad[:6])
     raise StaleRunError(f"{workdir}: holds a run of another config ({shown}); delete it or "
@@ -340,15 +346,24 @@ def subprocess_runner(spec: RunSpec) -> int:
 
 
 def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subprocess_runner,
-            jobs: int = 1, echo: Callable[[str], None] = print) -> list[Outcome]:
+            jobs: int = 1, echo: Callable[[str], None] = print,
+            recorded: Callable[[object, RunSpec], Optional[dict]] = lambda c, s: None
+            ) -> list[Outcome]:
   """Runs every spec not yet done, `jobs` at a time; a failed run is reported, not raised
-  (the other runs go on). Refuses up front (StaleRunError) a workdir of another config."""
+  (the other runs go on). Refuses up front (StaleRunError) a workdir of another config.
+  `recorded(c, spec)`: the committed record's run of an empty workdir (record.lookup), which
+  is done too."""
   if jobs < 1:
     raise ValueError(f"--jobs: at least 1, got {jobs}")
   todo, out = [], []
   for s in specs:
     c = build_config(pc, s.arg, s.overrides)
     state, step = status(c, s.workdir)
+    if state == "new" and recorded(c, s) is not None:
+      out.append(Outcome(s, "skipped", 0.0, "recorded"))
+      echo(f"skip   {s.paper}/{s.arm}/seed{s.seed}: finished (in the row's record; "
+           "its workdir is not here)")
+      continue
     same = twin(c, s.workdir) if state == "new" and not os.path.lexists(s.workdir) else None
     if same:
       link_twin(s.workdir, same)

@@ -1,0 +1,61 @@
+"""The committed record of a row's finished runs: RESULTS_DIR/<paper>.json.
+
+Run workdirs (checkpoints, metrics.jsonl) are git-ignored; what a results dir commits is the
+row's JSON, which holds every finished run's final values, curves, wall time and config. A
+fresh clone therefore has the record and not the workdirs. Without this module, adding one arm
+to a row in a fresh clone (`--arms=RLOO,PPO`) would either retrain the arms already measured
+or write a row without them. So a run whose workdir holds nothing (status "new") and whose
+workdir the record lists as finished is a recorded run: `runs.execute` does not train it again
+and `results.collect` reads its values from the record.
+
+A recorded run must be the run this command would train: its saved config is compared like a
+stale workdir's (`runs.differences`), and a difference is refused, naming the fields. Records
+written before the config was kept in them (2026-12-05) carry none; they are accepted when the
+row's scale and overrides match and flagged in the row's markdown ("recorded, config not
+kept"), since the per-field check cannot be made.
+"""
+from __future__ import annotations
+
+import json
+from typing import Optional, Sequence
+
+from etils import epath
+
+from agent_rl.eval.reproduce.runs import StaleRunError, differences
+
+Record = dict  # workdir -> the run's dict in <paper>.json, plus "_row": the row's scale/overrides
+
+
+def read(results_dir: str, paper: str) -> Record:
+  """The finished runs of results_dir/<paper>.json by workdir ({} without the file)."""
+  path = epath.Path(results_dir) / f"{paper}.json"
+  if not path.exists():
+    return {}
+  try:
+    row = json.loads(path.read_text())
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}: not valid JSON ({e}); restore it (git checkout) or delete it")
+  meta = {"scale": row.get("scale"), "overrides": [list(o) for o in row.get("overrides", ())]}
+  return {r["workdir"]: {**r, "_row": meta} for a in row.get("arms", ())
+          for r in a.get("runs", ()) if r.get("finished")}
+
+
+def lookup(record: Record, c, workdir: str, scale: str,
+           overrides: Sequence[tuple[str, str]]) -> Optional[dict]:
+  """The recorded run of `workdir` if the record has one (None otherwise). Raises
+  StaleRunError when it is a run of another config than `c` (or, for a record without its
+  config, of another scale or --set overrides)."""
+  rec = record.get(workdir)
+  if rec is None:
+    return None
+  where = f"{workdir} (recorded in the row's .json; its workdir is not here)"
+  if rec.get("config") is not None:
+    bad = differences(c, rec["config"])
+    if bad:
+      raise StaleRunError(f"{where}: a run of another config ({', '.join(bad[:6])}); remove "
+                          "the row's .json (git rm) to train it again, or use another "
+                          "--results_dir")
+  elif rec["_row"] != {"scale": scale, "overrides": [list(o) for o in overrides]}:
+    raise StaleRunError(f"{where}: recorded at {rec['_row']}, requested scale={scale!r} "
+                        f"overrides={[list(o) for o in overrides]}")
+  return rec

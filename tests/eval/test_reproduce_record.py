@@ -1,0 +1,102 @@
+"""The committed record (agent_rl/eval/reproduce/record.py): a results dir whose run workdirs
+are gone (a fresh clone commits the row's .json, not the git-ignored workdirs) adds arms
+without retraining the recorded ones or dropping them from the row, and refuses a recorded
+run of another config."""
+import json
+import os
+import shutil
+
+import pytest
+
+from agent_rl.eval.reproduce import main as rep
+from agent_rl.eval.reproduce import runs
+from tests.eval.toy_row import VALUES, FakeRun, toy  # noqa: F401 (toy: a fixture)
+
+
+def _fresh_clone(rdir):
+  """What a clone of the repository has: the row's files, none of its workdirs."""
+  shutil.rmtree(os.path.join(rdir, "toy"))
+
+
+def test_an_arm_added_in_a_fresh_clone_keeps_the_recorded_arm(toy):
+  cdir, rdir = toy
+  pc = rep.load("toy", cdir)
+  fake = FakeRun(pc)
+  rep.reproduce(pc, "tiny", 2, rdir, arms=["M"], runner=fake, echo=lambda s: None)
+  _fresh_clone(rdir)
+  fake.calls.clear()
+  said = []
+  row, outcomes = rep.reproduce(pc, "tiny", 2, rdir, arms=["B"], runner=fake, echo=said.append)
+  assert sorted(fake.calls) == [("B", 0), ("B", 1)]
+  m, b = row.arms
+  assert m.stats["eval/success"].values == tuple(VALUES["M"][:2])  # from the record
+  assert b.stats["eval/success"].values == tuple(VALUES["B"][:2])
+  assert all(r.recorded and r.config is not None for r in m.runs)
+  assert not any(r.recorded for r in b.runs) and row.missing == ()
+  assert row.pairs[0].ours.diff == pytest.approx(
+      sum(VALUES["M"][:2]) / 2 - sum(VALUES["B"][:2]) / 2)
+  md = open(os.path.join(rdir, "toy.md")).read()
+  assert "- 2 runs read from this row's committed record" in md and "not kept" not in md
+  # the whole row again: nothing to train (B's workdirs, M's record), the same numbers
+  fake.calls.clear()
+  said.clear()
+  row2, _ = rep.reproduce(pc, "tiny", 2, rdir, runner=fake, echo=said.append)
+  assert fake.calls == [] and sum("in the row's record" in s for s in said) == 2
+  assert row2.arms[0].stats == m.stats and row2.pairs == row.pairs
+  # and once more from a clone with no workdir at all: the record alone
+  _fresh_clone(rdir)
+  row3, _ = rep.reproduce(pc, "tiny", 2, rdir, runner=fake, echo=lambda s: None)
+  assert fake.calls == [] and row3.pairs == row.pairs
+  assert all(r.recorded for a in row3.arms for r in a.runs)
+
+
+def test_a_recorded_run_of_another_config_is_refused_naming_fields(toy):
+  cdir, rdir = toy
+  pc = rep.load("toy", cdir)
+  fake = FakeRun(pc)
+  rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=lambda s: None)
+  _fresh_clone(rdir)
+  with open(os.path.join(rdir, "toy.json")) as f:
+    saved = json.load(f)
+  saved["arms"][0]["runs"][0]["config"]["train"]["iterations"] = 5  # recorded from another run
+  with open(os.path.join(rdir, "toy.json"), "w") as f:
+    json.dump(saved, f)
+  fake.calls.clear()
+  with pytest.raises(runs.StaleRunError, match=r"toy/M/seed0 \(recorded.*train.iterations"):
+    rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=lambda s: None)
+  assert fake.calls == []  # refused before anything trains
+
+
+def test_a_record_without_configs_is_matched_by_scale_and_overrides_and_flagged(toy):
+  """Rows written before configs were kept in the record: accepted at the same scale and
+  --set overrides, flagged in the markdown; another override is refused."""
+  cdir, rdir = toy
+  pc = rep.load("toy", cdir)
+  fake = FakeRun(pc)
+  rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=lambda s: None)
+  _fresh_clone(rdir)
+  path = os.path.join(rdir, "toy.json")
+  with open(path) as f:
+    saved = json.load(f)
+  for a in saved["arms"]:
+    for r in a["runs"]:
+      del r["config"]
+  with open(path, "w") as f:
+    json.dump(saved, f)
+  fake.calls.clear()
+  row, _ = rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=lambda s: None)
+  assert fake.calls == [] and row.arms[0].stats["eval/success"].values == (VALUES["M"][0],)
+  assert "2 of them recorded before configs were kept" in open(os.path.join(rdir, "toy.md")).read()
+  with pytest.raises(runs.StaleRunError, match=r"recorded at .*'tiny'.*train.iterations"):
+    rep.reproduce(pc, "tiny", 1, rdir, [("train.iterations", "7")], runner=fake,
+                  echo=lambda s: None)
+
+
+def test_a_corrupt_record_is_a_clear_error(toy):
+  cdir, rdir = toy
+  pc = rep.load("toy", cdir)
+  os.makedirs(rdir)
+  with open(os.path.join(rdir, "toy.json"), "w") as f:
+    f.write('{"arms": [')
+  with pytest.raises(ValueError, match=r"toy.json: not valid JSON"):
+    rep.reproduce(pc, "tiny", 1, rdir, runner=FakeRun(pc), echo=lambda s: None)
