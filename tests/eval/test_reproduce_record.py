@@ -100,3 +100,16 @@ def test_a_corrupt_record_is_a_clear_error(toy):
     f.write('{"arms": [')
   with pytest.raises(ValueError, match=r"toy.json: not valid JSON"):
     rep.reproduce(pc, "tiny", 1, rdir, runner=FakeRun(pc), echo=lambda s: None)
+
+
+def test_the_record_is_read_by_arm_and_seed_not_by_the_results_dirs_spelling(toy):
+  cdir, rdir = toy
+  pc = rep.load("toy", cdir)
+  fake = FakeRun(pc)
+  rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=lambda s: None)
+  _fresh_clone(rdir)
+  fake.calls.clear()
+  other = os.path.join(rdir, ".", "")  # the same dir, spelled with "./" and a trailing slash
+  row, _ = rep.reproduce(pc, "tiny", 1, other, runner=fake, echo=lambda s: None)
+  assert fake.calls == [] and row.arms[0].runs[0].workdir.startswith(other)
+  assert row.arms[0].stats["eval/success"].values == (VALUES["M"][0],)

@@ -73,7 +73,7 @@ def reproduce(pc: PaperConfig, scale: str, seeds: int, results_dir: str, overrid
   rec = record.read(results_dir, pc.name)
 
   def recorded(c, s: runs.RunSpec):
-    return record.lookup(rec, c, s.workdir, scale, overrides)
+    return record.lookup(rec, c, s, scale, overrides)
 
   if run:
     for arm in dict.fromkeys(s.arm for s in specs):

@@ -21,13 +21,14 @@ from typing import Optional, Sequence
 
 from etils import epath
 
-from agent_rl.eval.reproduce.runs import StaleRunError, differences
+from agent_rl.eval.reproduce.runs import RunSpec, StaleRunError, differences
 
-Record = dict  # workdir -> the run's dict in <paper>.json, plus "_row": the row's scale/overrides
+Record = dict  # (arm, seed) -> the run's dict in <paper>.json, plus "_row": its scale, overrides
 
 
 def read(results_dir: str, paper: str) -> Record:
-  """The finished runs of results_dir/<paper>.json by workdir ({} without the file)."""
+  """The finished runs of results_dir/<paper>.json by (arm, seed) ({} without the file). Not by
+  workdir: the same results dir may be named another way (absolute, a trailing slash)."""
   path = epath.Path(results_dir) / f"{paper}.json"
   if not path.exists():
     return {}
@@ -36,19 +37,20 @@ def read(results_dir: str, paper: str) -> Record:
   except json.JSONDecodeError as e:
     raise ValueError(f"{path}: not valid JSON ({e}); restore it (git checkout) or delete it")
   meta = {"scale": row.get("scale"), "overrides": [list(o) for o in row.get("overrides", ())]}
-  return {r["workdir"]: {**r, "_row": meta} for a in row.get("arms", ())
+  return {(a["arm"], r["seed"]): {**r, "_row": meta} for a in row.get("arms", ())
           for r in a.get("runs", ()) if r.get("finished")}
 
 
-def lookup(record: Record, c, workdir: str, scale: str,
+def lookup(record: Record, c, spec: RunSpec, scale: str,
            overrides: Sequence[tuple[str, str]]) -> Optional[dict]:
-  """The recorded run of `workdir` if the record has one (None otherwise). Raises
+  """The recorded run of `spec` (its arm and seed) if the record has one (None otherwise), with
+  `spec`'s workdir (the record's may be named another way). Raises
   StaleRunError when it is a run of another config than `c` (or, for a record without its
   config, of another scale or --set overrides)."""
-  rec = record.get(workdir)
+  rec = record.get((spec.arm, spec.seed))
   if rec is None:
     return None
-  where = f"{workdir} (recorded in the row's .json; its workdir is not here)"
+  where = f"{spec.workdir} (recorded in the row's .json; its workdir is not here)"
   if rec.get("config") is not None:
     bad = differences(c, rec["config"])
     if bad:
@@ -58,4 +60,4 @@ def lookup(record: Record, c, workdir: str, scale: str,
   elif rec["_row"] != {"scale": scale, "overrides": [list(o) for o in overrides]}:
     raise StaleRunError(f"{where}: recorded at {rec['_row']}, requested scale={scale!r} "
                         f"overrides={[list(o) for o in overrides]}")
-  return rec
+  return {**rec, "workdir": spec.workdir}
