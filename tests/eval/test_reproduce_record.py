@@ -18,6 +18,27 @@ def _fresh_clone(rdir):
   shutil.rmtree(os.path.join(rdir, "toy"))
 
 
+def _recorded(toy, seeds=1):
+  """The toy row run (both arms), then its workdirs gone: (row config, results dir, runner)."""
+  cdir, rdir = toy
+  pc = rep.load("toy", cdir)
+  fake = FakeRun(pc)
+  rep.reproduce(pc, "tiny", seeds, rdir, runner=fake, echo=lambda s: None)
+  _fresh_clone(rdir)
+  fake.calls.clear()
+  return pc, rdir, fake
+
+
+def _record(rdir, new=None):
+  """The toy row's committed .json, read (or replaced by `new`)."""
+  path = os.path.join(rdir, "toy.json")
+  if new is not None:
+    with open(path, "w") as f:
+      json.dump(new, f)
+  with open(path) as f:
+    return json.load(f)
+
+
 def test_an_arm_added_in_a_fresh_clone_keeps_the_recorded_arm(toy):
   cdir, rdir = toy
   pc = rep.load("toy", cdir)
@@ -51,17 +72,10 @@ def test_an_arm_added_in_a_fresh_clone_keeps_the_recorded_arm(toy):
 
 
 def test_a_recorded_run_of_another_config_is_refused_naming_fields(toy):
-  cdir, rdir = toy
-  pc = rep.load("toy", cdir)
-  fake = FakeRun(pc)
-  rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=lambda s: None)
-  _fresh_clone(rdir)
-  with open(os.path.join(rdir, "toy.json")) as f:
-    saved = json.load(f)
+  pc, rdir, fake = _recorded(toy)
+  saved = _record(rdir)
   saved["arms"][0]["runs"][0]["config"]["train"]["iterations"] = 5  # recorded from another run
-  with open(os.path.join(rdir, "toy.json"), "w") as f:
-    json.dump(saved, f)
-  fake.calls.clear()
+  _record(rdir, saved)
   with pytest.raises(runs.StaleRunError, match=r"toy/M/seed0 \(recorded.*train.iterations"):
     rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=lambda s: None)
   assert fake.calls == []  # refused before anything trains
@@ -70,20 +84,12 @@ def test_a_recorded_run_of_another_config_is_refused_naming_fields(toy):
 def test_a_record_without_configs_is_matched_by_scale_and_overrides_and_flagged(toy):
   """Rows written before configs were kept in the record: accepted at the same scale and
   --set overrides, flagged in the markdown; another override is refused."""
-  cdir, rdir = toy
-  pc = rep.load("toy", cdir)
-  fake = FakeRun(pc)
-  rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=lambda s: None)
-  _fresh_clone(rdir)
-  path = os.path.join(rdir, "toy.json")
-  with open(path) as f:
-    saved = json.load(f)
+  pc, rdir, fake = _recorded(toy)
+  saved = _record(rdir)
   for a in saved["arms"]:
     for r in a["runs"]:
       del r["config"]
-  with open(path, "w") as f:
-    json.dump(saved, f)
-  fake.calls.clear()
+  _record(rdir, saved)
   row, _ = rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=lambda s: None)
   assert fake.calls == [] and row.arms[0].stats["eval/success"].values == (VALUES["M"][0],)
   assert "2 of them recorded before configs were kept" in open(os.path.join(rdir, "toy.md")).read()
@@ -103,12 +109,7 @@ def test_a_corrupt_record_is_a_clear_error(toy):
 
 
 def test_the_record_is_read_by_arm_and_seed_not_by_the_results_dirs_spelling(toy):
-  cdir, rdir = toy
-  pc = rep.load("toy", cdir)
-  fake = FakeRun(pc)
-  rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=lambda s: None)
-  _fresh_clone(rdir)
-  fake.calls.clear()
+  pc, rdir, fake = _recorded(toy)
   other = os.path.join(rdir, ".", "")  # the same dir, spelled with "./" and a trailing slash
   row, _ = rep.reproduce(pc, "tiny", 1, other, runner=fake, echo=lambda s: None)
   assert fake.calls == [] and row.arms[0].runs[0].workdir.startswith(other)
