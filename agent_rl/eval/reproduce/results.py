@@ -279,8 +279,11 @@ def table_markdown(rows: Sequence[dict]) -> str:
   lines = ["| paper | setting | baseline | method | metric | our diff [95% CI] | paper's diff | "
            "direction agrees? |", "|---|---|---|---|---|---|---|---|"]
   for r in sorted(rows, key=lambda r: r["paper"]):
-    seeds = {a["arm"]: a["stats"][r["metrics"][0]]["n"] for a in r["arms"]}
-    setting = f"{r['setting'] or '—'}, {r['scale']}, {min(seeds.values(), default=0)} seeds"
+    # seeds of the arms that ran (a row lists every arm; one not run yet has n = 0 and its
+    # pairs read "—")
+    seeds = [a["stats"][r["metrics"][0]]["n"] for a in r["arms"]]
+    setting = (f"{r['setting'] or '—'}, {r['scale']}, "
+               f"{min((n for n in seeds if n), default=0)} seeds")
     for p in r["pairs"]:
       o = p["ours"]
       ours = "—" if o["diff"] is None else f"{o['diff']:+.3f} {_ci(o['ci95'], True)}"
