@@ -136,8 +136,9 @@ def base_config() -> mlc.ConfigDict:
       log_every=1, eval_every=5, ckpt_every=5, keep_checkpoints=3,
       halt_on_nan=True,
       # > 0 (with a critic): the first this many RL iterations update the critic alone
-      # (the value term; verl's trainer.critic_warmup), the policy does not move; the actor's
-      # first update then starts a fresh optimizer state (train/phases.py).
+      # (the value term; verl's trainer.critic_warmup), the policy does not move; actor and
+      # critic then have separate optimizer states, the actor's starting at its first update
+      # (train/optim.py critic_only).
       critic_warmup=0,
   ))
   c.sft = mlc.ConfigDict(dict(

@@ -40,19 +40,32 @@ def make_optimizer(o: mlc.ConfigDict, total_steps: int) -> optax.GradientTransfo
   return opt
 
 
-def critic_only(opt: optax.GradientTransformation, policy_key: str = "lm"
-                ) -> optax.GradientTransformation:
-  """`opt` restricted to the critic: the gradients of the `policy_key` subtree (the policy LM)
-  are zeroed before `opt` (so clipping and the moments see the critic's alone) and its
-  updates after (weight decay included), so the policy does not move. Same state as `opt`
-  (one checkpoint layout for the critic warm-up and the RL updates after it)."""
+def _actor_or_critic(policy_key: str):
+  """params -> "actor" on the `policy_key` subtree (the policy LM), "critic" elsewhere."""
+  return lambda params: jax.tree_util.tree_map_with_path(
+      lambda path, _: "actor" if path_names(path)[:1] == [policy_key] else "critic", params)
 
-  def mask(tree):
-    return jax.tree_util.tree_map_with_path(
-        lambda path, x: jnp.zeros_like(x) if path_names(path)[:1] == [policy_key] else x, tree)
 
-  def update(grads, state, params=None):
-    updates, state = opt.update(mask(grads), state, params)
-    return mask(updates), state
+def actor_critic(actor: optax.GradientTransformation, critic: optax.GradientTransformation,
+                 policy_key: str = "lm") -> optax.GradientTransformation:
+  """verl's two optimizers in one: `actor` on the policy LM (params[policy_key]) and `critic` on
+  the rest (value head, separate critic), each with its own state: moments, step count (so its
+  own schedule position) and gradient clipping. Used with a critic warm-up (critic_only)."""
+  return optax.multi_transform({"actor": actor, "critic": critic}, _actor_or_critic(policy_key))
 
-  return optax.GradientTransformation(opt.init, update)
+
+def _hold(opt: optax.GradientTransformation) -> optax.GradientTransformation:
+  """`opt`'s state, left as it is, and zero updates."""
+  return optax.GradientTransformation(
+      opt.init, lambda grads, state, params=None: (jax.tree.map(jnp.zeros_like, grads), state))
+
+
+def critic_only(actor: optax.GradientTransformation, critic: optax.GradientTransformation,
+                policy_key: str = "lm") -> optax.GradientTransformation:
+  """actor_critic(actor, critic) during the critic warm-up (verl's trainer.critic_warmup): the
+  critic's optimizer steps, the actor's holds its state (moments and step count unchanged, so
+  its schedule starts when it first trains) and updates the policy LM by zero (no weight
+  decay). Same state tree as actor_critic: one checkpoint layout across the switch. The actor's
+  gradients never reach the critic's clipping (separate optimizers, as in verl)."""
+  return optax.multi_transform({"actor": _hold(actor), "critic": critic},
+                               _actor_or_critic(policy_key))

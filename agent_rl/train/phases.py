@@ -27,8 +27,7 @@ from agent_rl.parallel.distributed import main_process_first
 from agent_rl.train import hindsight, learner, sft
 from agent_rl.train.checkpoint import CheckpointLayoutError, RunCheckpoint
 from agent_rl.train.metrics import check_finite, progress, to_host
-from agent_rl.train.state import (StateSpec, TrainState, copy_tree, fresh_opt_state,
-                                  new_train_state)
+from agent_rl.train.state import StateSpec, TrainState, copy_tree, new_train_state
 
 
 class SimulatedKill(RuntimeError):
@@ -311,10 +310,6 @@ def rl_phase(run: Run, prog: Progress) -> dict:
   warm = int(c.train.get("critic_warmup", 0))
   while prog.meta.iteration < run.iterations:
     t0 = time.perf_counter()
-    if warm and prog.meta.iteration == warm:  # the actor's first update: a fresh optimizer
-      run.ckpt.wait()
-      prog = dataclasses.replace(prog, state=prog.state.replace(opt_state=fresh_opt_state(
-          run.spec, prog.state.params, run.rl_opt)))
     rows, rmetrics, batch, shaper_state, k_upd = rl_batch(run, prog, prog.meta.iteration)
     # Where the iteration goes (rollout and credit vs the update): the rows are waited for,
     # which the update would do anyway.

@@ -35,7 +35,7 @@ from agent_rl.train.config import validate
 from agent_rl.train import teacher as teacher_lib
 from agent_rl.train.teacher import uses_teacher
 from agent_rl.train.metrics import MetricWriter
-from agent_rl.train.optim import critic_only, make_optimizer
+from agent_rl.train.optim import actor_critic, critic_only, make_optimizer
 from agent_rl.train.phases import Preempted, SimulatedKill  # noqa: F401 (re-exported)
 from agent_rl.train.setup import build, eval_variants, model_factory
 from agent_rl.train.epochs import make_scan_update
@@ -104,14 +104,20 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   pretrained.save_run_agents(ag, workdir)  # the resolved count (eval, export, teachers read it)
   spec = state_spec(model_factory(c, setup.model_cfg, ag), place)
   sft_steps, iters = int(c.sft.steps), int(c.train.iterations)
-  warm = int(c.train.get("critic_warmup", 0))  # the actor's schedule spans its own updates
-  rl_opt = make_optimizer(c.optim, (iters - warm) * updates_per_iteration(c))
+  warm = int(c.train.get("critic_warmup", 0))
+  rl_opt = make_optimizer(c.optim, iters * updates_per_iteration(c))
+  warm_opt = None
+  if warm:  # verl's separate optimizers: the actor's schedule spans its own updates only
+    actor_opt = make_optimizer(c.optim, (iters - warm) * updates_per_iteration(c))
+    rl_opt, warm_opt = actor_critic(actor_opt, rl_opt), critic_only(actor_opt, rl_opt)
   sft_opt = make_optimizer(mlc.ConfigDict(dict(c.optim.to_dict(), lr=c.sft.lr, warmup_steps=0,
                                                schedule="constant")), max(sft_steps, 1))
   if setup.model_cfg.lora is not None:  # only adapters (and a critic head) train and hold state
     rl_opt, sft_opt = lora_learner.freeze_base(rl_opt), lora_learner.freeze_base(sft_opt)
+    warm_opt = warm_opt and lora_learner.freeze_base(warm_opt)
   if ag.frozen:  # agents that act but never train (agents/frozen.py): zero updates
     rl_opt, sft_opt = (freeze_optimizer(o, ag.mode, ag.frozen) for o in (rl_opt, sft_opt))
+    warm_opt = warm_opt and freeze_optimizer(warm_opt, ag.mode, ag.frozen)
   policy = agents.rollout_policy(ag.mode, setup.model_cfg, spec.lm_graphdef, ag.num)
   strategy = STRATEGIES.get(c.rollout.strategy)
   strat_kw = dict(c.rollout.strategy_kwargs)
@@ -173,14 +179,14 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
     return jit_update(rl_train_step, spec, rl_opt)
 
   critic_update = None
-  if warm:  # critic warm-up: the value term alone, the policy LM's updates zeroed (optim.py)
+  if warm:  # critic warm-up: the value term alone, the actor's optimizer holds (optim.py)
     value_c = c.copy_and_resolve_references()
     value_c.loss.terms = "value"
     value_objective = build_objective(value_c)
     value_loss = lambda params, mb, key: value_objective(stats(params, mb, key), mb, key)
     if setup.model_cfg.lora is not None:
       value_loss = lora_learner.frozen_loss(value_loss)
-    critic_update = rl_update(value_loss, critic_only(rl_opt))
+    critic_update = rl_update(value_loss, warm_opt)
 
   return phases.Run(
       c=c, workdir=workdir, setup=setup, ecfg=ecfg, spec=spec, policy=policy, rl_opt=rl_opt,

@@ -92,20 +92,16 @@ def init_params(spec: StateSpec) -> Any:
   return init_sharded(spec.factory, spec.place.mesh, spec.place.rules)[1]
 
 
-def fresh_opt_state(spec: StateSpec, params: Any, optimizer: optax.GradientTransformation) -> Any:
-  """`optimizer.init(params)`, born with the run's shardings."""
-  _, opt_sh = spec.opt_layout(optimizer)
-  with spec.place.context():
-    return jax.jit(optimizer.init, out_shardings=opt_sh)(params)
-
-
 def new_train_state(spec: StateSpec, params: Any, optimizer: optax.GradientTransformation,
                     seed: int) -> TrainState:
   """A TrainState at step 0 over `params` with a fresh optimizer state (born sharded)."""
+  _, opt_sh = spec.opt_layout(optimizer)
+  with spec.place.context():
+    opt_state = jax.jit(optimizer.init, out_shardings=opt_sh)(params)
   rep = spec.place.replicated
   rng = jax.random.key_data(jax.random.fold_in(jax.random.key(seed), 7))
-  return TrainState(params=params, opt_state=fresh_opt_state(spec, params, optimizer),
-                    step=jax.device_put(jnp.int32(0), rep), rng=jax.device_put(rng, rep))
+  return TrainState(params=params, opt_state=opt_state, step=jax.device_put(jnp.int32(0), rep),
+                    rng=jax.device_put(rng, rep))
 
 
 def copy_tree(tree: Any) -> Any:
