@@ -256,34 +256,77 @@ def test_a_failed_run_is_reported_and_the_others_go_on(toy):
   assert row.arms[1].stats["eval/success"].n == 1
 
 
+def _hold_lock(workdir):
+  """Another process holding workdir's lock (flock'ed, "<host> <pid>" written), until killed."""
+  path = os.path.join(workdir, runs.LOCK_FILE)
+  os.makedirs(workdir, exist_ok=True)
+  code = ("import fcntl, os, socket, sys, time\n"
+          f"fd = os.open({path!r}, os.O_RDWR | os.O_CREAT)\n"
+          "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+          "os.write(fd, f'{socket.gethostname()} {os.getpid()}'.encode())\n"
+          "print('held', flush=True)\ntime.sleep(120)\n")
+  p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+  assert p.stdout.readline().strip() == "held"
+  return p
+
+
+def _locked(workdir):
+  """Whether some process holds workdir's lock (a non-blocking flock attempt of our own)."""
+  import fcntl
+  fd = os.open(os.path.join(workdir, runs.LOCK_FILE), os.O_RDWR)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return False
+  except BlockingIOError:
+    return True
+  finally:
+    os.close(fd)
+
+
 def test_a_run_another_harness_process_holds_is_skipped_and_a_dead_lock_is_taken(toy):
   """Two harness processes over one results dir: the run the other (live) process holds is
-  skipped, a lock left by a dead process is taken over, and ours is released after the run."""
+  skipped, a lock file its dead writer left is taken, and ours is released after the run."""
   cdir, rdir = toy
   pc = rep.load("toy", cdir)
   fake = FakeRun(pc)
   m0, b0 = (s.workdir for s in runs.plan(pc, "tiny", 1, rdir))
-  live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-  dead = subprocess.Popen([sys.executable, "-c", "pass"])
-  dead.wait()
-  host = socket.gethostname()
+  live = _hold_lock(m0)
+  os.makedirs(b0)
+  with open(os.path.join(b0, runs.LOCK_FILE), "w") as f:  # written, then its process died
+    f.write(f"{socket.gethostname()} 999999")
   try:
-    for wd, pid in ((m0, live.pid), (b0, dead.pid)):
-      os.makedirs(wd)
-      with open(os.path.join(wd, runs.LOCK_FILE), "w") as f:
-        f.write(f"{host} {pid}")
     said = []
     rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=said.append)
     assert fake.calls == [("B", 0)]
-    assert f"busy   toy/M/seed0: running in pid {live.pid} on {host}" in "\n".join(said)
-    assert not os.path.exists(os.path.join(b0, runs.LOCK_FILE))  # ours, released
-    assert os.path.exists(os.path.join(m0, runs.LOCK_FILE))  # the live process's, kept
+    assert (f"busy   toy/M/seed0: running in pid {live.pid} on {socket.gethostname()}"
+            in "\n".join(said))
+    assert not _locked(b0) and _locked(m0)  # ours released, the live process's kept
   finally:
     live.kill()
     live.wait()
   fake.calls.clear()  # its holder died: the next pass runs it
   rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=lambda s: None)
   assert fake.calls == [("M", 0)]
+
+
+def test_the_trainer_holds_the_lock_after_its_harness_lets_go(tmp_path):
+  """A harness killed while its run trains: the trainer (a child given `held_fds`) still holds
+  the workdir, so a second harness does not start another trainer in it; when it exits, the
+  workdir is free. Two claimers never both win."""
+  wd = str(tmp_path / "run")
+  assert runs.claim(wd) is None
+  assert runs.claim(wd) is not None  # a second claim (another open file) is refused
+  child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                           pass_fds=runs.held_fds(wd))
+  try:
+    runs.release(wd)  # the harness lets go (as a killed one does)
+    held = runs.claim(wd)
+    assert held is not None and f"pid {os.getpid()}" in held and runs.held_fds(wd) == ()
+  finally:
+    child.kill()
+    child.wait()
+  assert runs.claim(wd) is None  # the trainer exited: free
+  runs.release(wd)
 
 
 def test_a_run_finished_elsewhere_after_planning_is_not_rerun(toy):
@@ -353,7 +396,7 @@ def test_real_smoke_two_seeds_then_resume_skips(tmp_path):
   assert out.returncode == 0, out.stdout + out.stderr
   with open(tmp_path / "dr_grpo_countdown.json") as f:
     row = json.load(f)
-  assert [a["stats"]["eval/success"]["n"] for a in row["arms"]] == [2, 2]
+  assert [a["stats"]["eval/success"]["n"] for a in row["arms"]] == [2, 2, 0]  # DAPO: not run
   (pair,) = [p for p in row["pairs"] if p["metric"] == "eval/success"]
   a, b = (a["stats"]["eval/success"]["values"] for a in row["arms"])
   if np.var(a) + np.var(b) > 0:

@@ -114,3 +114,21 @@ def test_the_record_is_read_by_arm_and_seed_not_by_the_results_dirs_spelling(toy
   row, _ = rep.reproduce(pc, "tiny", 1, other, runner=fake, echo=lambda s: None)
   assert fake.calls == [] and row.arms[0].runs[0].workdir.startswith(other)
   assert row.arms[0].stats["eval/success"].values == (VALUES["M"][0],)
+
+
+def test_fewer_seeds_keep_the_recorded_ones_and_a_stale_arm_stops_before_training(toy):
+  """--seeds below the record's keeps its seeds in the row (a row rewritten from fewer would
+  lose them for good); an arm not asked for whose record is another config is refused before
+  the asked-for arm trains (not after it, with no row written)."""
+  pc, rdir, fake = _recorded(toy, seeds=3)
+  row, _ = rep.reproduce(pc, "tiny", 1, rdir, arms=["B"], runner=fake, echo=lambda s: None)
+  assert fake.calls == [] and row.seeds == 3
+  assert [a.stats["eval/success"].values for a in row.arms] == [tuple(VALUES["M"]),
+                                                               tuple(VALUES["B"])]
+  saved = _record(rdir)
+  saved["arms"][0]["runs"][2]["config"]["train"]["iterations"] = 5  # M/seed2: another config
+  saved["arms"][1]["runs"] = []  # B not recorded: --arms=B would train it
+  _record(rdir, saved)
+  with pytest.raises(runs.StaleRunError, match=r"M/seed2 \(recorded"):
+    rep.reproduce(pc, "tiny", 3, rdir, arms=["B"], runner=fake, echo=lambda s: None)
+  assert fake.calls == []

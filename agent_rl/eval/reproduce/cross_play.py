@@ -114,7 +114,11 @@ def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: EvalRunner = subp
   for s in specs:
     c = build_config(pc, s.arg, s.overrides)
     if status(c, s.workdir)[0] != "done":
-      echo(f"cross-play of {pc.name} waits: {s.arm}/seed{s.seed} is not finished")
+      echo(f"cross-play of {pc.name} waits: {s.arm}/seed{s.seed} is not finished"
+           if os.path.lexists(s.workdir) else
+           f"cross-play of {pc.name} needs every run's checkpoints: {s.arm}/seed{s.seed} is "
+           "in the row's record only (its workdir is not here); run the row where its "
+           "workdirs are, or train that arm again in another --results_dir")
       return []
     cps = panels(s, specs, arms, earliest_checkpoint(s.workdir, final_step(c)))
     path = epath.Path(s.workdir) / CROSS_FILE

@@ -75,6 +75,13 @@ def reproduce(pc: PaperConfig, scale: str, seeds: int, results_dir: str, overrid
   def recorded(c, s: runs.RunSpec):
     return record.lookup(rec, c, s, scale, overrides)
 
+  # The row reads every arm and every recorded seed (a smaller --seeds keeps the recorded
+  # ones); a run of another config among them is refused now, before anything trains.
+  full = runs.plan(pc, scale, max(seeds, record.seeds(rec)), results_dir, overrides)
+  for s in full:
+    c = runs.build_config(pc, s.arg, s.overrides)
+    if runs.status(c, s.workdir)[0] == "new":
+      recorded(c, s)
   if run:
     for arm in dict.fromkeys(s.arm for s in specs):
       why = runs.arm_problem(pc, scale, arm, overrides)
@@ -86,8 +93,7 @@ def reproduce(pc: PaperConfig, scale: str, seeds: int, results_dir: str, overrid
     cross_play.execute(pc, specs, eval_runner or cross_play.subprocess_eval, jobs, echo)
   # The row holds every arm, not only those --arms ran (the others from their workdirs or the
   # record): a row written from a subset would drop the arms measured before.
-  row = results.collect(pc, runs.plan(pc, scale, seeds, results_dir, overrides), scale, seeds,
-                        overrides, recorded)
+  row = results.collect(pc, full, scale, max(seeds, record.seeds(rec)), overrides, recorded)
   paths = results.write_row(row, results_dir)
   echo("wrote " + ", ".join(paths))
   return row, outcomes

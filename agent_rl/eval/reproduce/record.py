@@ -41,6 +41,11 @@ def read(results_dir: str, paper: str) -> Record:
           for r in a.get("runs", ()) if r.get("finished")}
 
 
+def seeds(record: Record) -> int:
+  """How many seeds the record holds (1 + its largest seed; 0 when empty)."""
+  return 1 + max((seed for _, seed in record), default=-1)
+
+
 def lookup(record: Record, c, spec: RunSpec, scale: str,
            overrides: Sequence[tuple[str, str]]) -> Optional[dict]:
   """The recorded run of `spec` (its arm and seed) if the record has one (None otherwise), with

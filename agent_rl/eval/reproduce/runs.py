@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import concurrent.futures
 import dataclasses
+import fcntl
 import json
 import os
 import shlex
@@ -275,50 +276,49 @@ class Outcome:
 
 
 Runner = Callable[[RunSpec], int]
-LOCK_FILE = "reproduce.lock"  # "<host> <pid>" of the harness process running this workdir
+LOCK_FILE = "reproduce.lock"  # flock'ed while the run trains; holds "<host> <pid>" of its harness
+_HELD: dict[str, int] = {}  # workdir -> this process's descriptor of its (locked) lock file
 
 
 def claim(workdir: str) -> Optional[str]:
   """Takes the workdir's lock for this process; returns None when taken, else who holds it.
 
   Two harness processes over one results dir (a second `reproduce.py` started beside the
-  first, to add runs at once) must not train into the same workdir: the first to start a run
-  holds its lock until the run ends. A lock left by a dead process on this host is taken over;
-  one from another host cannot be checked, so it holds until its file is removed (the message
-  names it). A bucket results dir (gs://) is not locked."""
+  first, to add runs at once) must not train into the same workdir. The lock is an exclusive
+  `flock` on WORKDIR/reproduce.lock: atomic (no two takers), dropped by the kernel when its
+  last holder exits (no stale locks), and inherited by the run's trainer (`held_fds`, passed to
+  the child), so a harness killed while its trainer goes on does not free the workdir for a
+  second trainer. The file stays (unlinking it would let two processes lock two files). A
+  bucket results dir (gs://) is not locked; on a network filesystem the lock holds where the
+  filesystem supports flock."""
   if "://" in workdir:
     return None
   os.makedirs(workdir, exist_ok=True)
-  path, me = os.path.join(workdir, LOCK_FILE), f"{socket.gethostname()} {os.getpid()}"
-  for _ in range(2):
-    try:
-      fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-      with open(path) as f:
-        host, _, pid = f.read().strip().partition(" ")
-      if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
-        os.remove(path)  # its process died (killed harness): take it over
-        continue
-      return f"running in pid {pid} on {host} (its lock: {path})"
-    with os.fdopen(fd, "w") as f:
-      f.write(me)
-    return None
-  return f"its lock {path} is contended"
+  path = os.path.join(workdir, LOCK_FILE)
+  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    host, _, pid = os.read(fd, 256).decode(errors="replace").strip().partition(" ")
+    os.close(fd)
+    return (f"running in pid {pid} on {host} (or the trainer it started; its lock: {path})"
+            if pid else f"its lock {path} is held")
+  os.ftruncate(fd, 0)
+  os.write(fd, f"{socket.gethostname()} {os.getpid()}".encode())
+  _HELD[workdir] = fd
+  return None
+
+
+def held_fds(workdir: str) -> tuple[int, ...]:
+  """The lock descriptor a run's child process inherits (subprocess pass_fds)."""
+  return (_HELD[workdir],) if workdir in _HELD else ()
 
 
 def release(workdir: str) -> None:
-  if "://" not in workdir and os.path.exists(os.path.join(workdir, LOCK_FILE)):
-    os.remove(os.path.join(workdir, LOCK_FILE))
-
-
-def _alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:  # another user's live process
-    return True
-  return True
+  """Drops this process's hold (a trainer that inherited it holds the lock until it exits)."""
+  fd = _HELD.pop(workdir, None)
+  if fd is not None:
+    os.close(fd)
 
 
 def _add_seconds(workdir: str, seconds: float) -> None:
@@ -342,7 +342,8 @@ def subprocess_runner(spec: RunSpec) -> int:
     log.write(f"\n$ {spec.command()}\n")
     log.flush()
     return subprocess.run([sys.executable, "-m", "agent_rl.train", *spec.args()], stdout=log,
-                          stderr=subprocess.STDOUT, check=False).returncode
+                          stderr=subprocess.STDOUT, check=False,
+                          pass_fds=held_fds(spec.workdir)).returncode
 
 
 def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subprocess_runner,
