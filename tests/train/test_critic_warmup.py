@@ -93,6 +93,7 @@ def test_warmup_iterations_keep_the_policy_then_it_trains(tmp_path):
   assert _records(killed) == _records(wd)
 
 
+@pytest.mark.slow  # a third run (~90 s); the optimizer logic is the unit test above
 def test_warmup_with_lora_keeps_adapters_and_base_then_trains_the_adapters(tmp_path):
   """The warm-up's held actor inside LoRA's frozen-base optimizer (nested multi_transforms):
   iteration 2 moves the value head only; iteration 3 the adapters, never the base."""
