@@ -29,8 +29,13 @@ and gradients are zero. The teacher pass rates the student's tokens lower on ave
 per-row weights double the gradient norm of the first iterations (0.81-0.95 vs GRPO's
 0.44-0.50) while concentrating failed episodes' blame on the tokens the informed teacher
 rejects, consistent with the search turn being pushed down (a teacher that knows the product
-needs no search). A teacher that can read the privileged text (SFT on it first) is the
-regime the method assumes.
+needs no search). A likely mechanism (inferred from the equations, not tested by a run): on
+the student's own samples the gap's expectation is -KL(pi || pi_T) <= 0, and it is most
+negative where the student is confident and the out-of-distribution teacher is not (the
+format and action keywords that make an action valid), so failed rows' blame (u = e^{-g} >= 1)
+gathers on those tokens while successful rows' credit moves off them. A teacher that can read
+the privileged text (SFT on it first) is the regime the method assumes; centering g per row
+would remove the offset, not the per-token tilt.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
