@@ -4,9 +4,9 @@ Run workdirs (checkpoints, metrics.jsonl) are git-ignored; what a results dir co
 row's JSON, which holds every finished run's final values, curves, wall time and config. A
 fresh clone therefore has the record and not the workdirs. Without this module, adding one arm
 to a row in a fresh clone (`--arms=RLOO,PPO`) would either retrain the arms already measured
-or write a row without them. So a run whose workdir holds nothing (status "new") and whose
-workdir the record lists as finished is a recorded run: `runs.execute` does not train it again
-and `results.collect` reads its values from the record.
+or write a row without them. So a run whose workdir holds nothing (status "new") and which the
+record lists as finished (same arm and seed) is a recorded run: `runs.execute` does not train
+it again and `results.collect` reads its values from the record.
 
 A recorded run must be the run this command would train: its saved config is compared like a
 stale workdir's (`runs.differences`), and a difference is refused, naming the fields. Records
