@@ -27,11 +27,17 @@ the tiny policy which items are common, not which one matches. It does learn the
 term) beside success. Cost: ~2 min an RL iteration beside another run (64 x 6 window rows of
 up to 1,093 tokens), 37-44 min a run.
 
-Measured (GiGPO vs GRPO, 3 seeds, 2026-12-04/05; benchmarks/results/reproduce/gigpo_minishop.md):
-held-out success 0.010 in both arms (diff +0.000 [-0.041, +0.041]); held-out reward from +0.02
-to 0.171 [0.127, 0.216] (GiGPO) and 0.135 [-0.055, 0.325] (GRPO), diff +0.036 [-0.142, +0.214]:
-RL improves purchases in both arms, the paper's GiGPO > GRPO does not show at this size (the
-tiny policy's success floor, above). RLOO and PPO arms: not run (~4 h more on this box).
+Measured (3 seeds per arm, 2026-12-04/05; benchmarks/results/reproduce/gigpo_minishop.md): held-
+out success 0.010 in GiGPO, GRPO and RLOO (one task of 32 in one seed each), also 0.010 in PPO;
+held-out reward from the policy run's +0.01 to 0.171 [0.127, 0.216] (GiGPO), 0.135 [-0.055,
+0.325] (GRPO), 0.137 [0.057, 0.217] (RLOO) and -0.293 [-1.034, 0.447] (PPO). GiGPO - GRPO +0.036
+[-0.142, +0.214], - RLOO +0.034 [-0.032, +0.101], - PPO +0.465 [-0.272, +1.201]: RL improves
+purchases in the three critic-free arms (rollout reward -0.24 -> -0.16), the paper's GiGPO >
+GRPO / RLOO does not show at this size (the tiny policy's success floor, above). PPO loses the
+SFT policy (in two seeds of three: held-out reward -0.275, -0.600, -0.005; rollout reward -0.25
+-> -0.37), as on TextHouse: its critic starts from scratch on the policy's trunk (value loss
+0.5-1.0 at the first iteration, 0.06-0.11 at the last), so the early advantages carry the
+critic's error; `train.critic_warmup` is the lever (not measured here).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
