@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from etils import epath
 
 from agent_rl.eval.reproduce import cross_play, stats
 from agent_rl.eval.reproduce.comparison import PaperConfig
-from agent_rl.eval.reproduce.runs import TIME_FILE, RunSpec, build_config, final_step, status
+from agent_rl.eval.reproduce.runs import (TIME_FILE, Recorded, RunSpec, build_config, final_step,
+                                          no_record, status)
 from agent_rl.metrics.sinks import read_jsonl
 
 
@@ -79,8 +80,7 @@ class RowResult:
 
 
 def read_run(pc: PaperConfig, spec: RunSpec, metrics: Sequence[str],
-             recorded: Callable[[object, RunSpec], Optional[dict]] = lambda c, s: None
-             ) -> RunResult:
+             recorded: Recorded = no_record) -> RunResult:
   c = build_config(pc, spec.arg, spec.overrides)
   state, _ = status(c, spec.workdir)
   rec = recorded(c, spec) if state == "new" else None
@@ -107,8 +107,7 @@ def read_run(pc: PaperConfig, spec: RunSpec, metrics: Sequence[str],
 
 def collect(pc: PaperConfig, specs: Sequence[RunSpec], scale: str, seeds: int,
             user_overrides: Sequence[tuple[str, str]] = (),
-            recorded: Callable[[object, RunSpec], Optional[dict]] = lambda c, s: None
-            ) -> RowResult:
+            recorded: Recorded = no_record) -> RowResult:
   """The row from `specs`' workdirs, or from the record (`recorded`, record.lookup) where a
   workdir is not here."""
   comp = pc.comparison

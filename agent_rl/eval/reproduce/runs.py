@@ -26,11 +26,9 @@ from __future__ import annotations
 import ast
 import concurrent.futures
 import dataclasses
-import fcntl
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +37,7 @@ from typing import Callable, Optional, Sequence
 from etils import epath
 
 from agent_rl.eval.reproduce.comparison import PaperConfig
+from agent_rl.eval.reproduce.lock import LOCK_FILE, claim, held_fds, release  # noqa: F401
 from agent_rl.train.config import is_free_dict
 
 RESULTS_DIR = os.path.join("benchmarks", "results", "reproduce")
@@ -276,51 +275,12 @@ class Outcome:
 
 
 Runner = Callable[[RunSpec], int]
-LOCK_FILE = "reproduce.lock"  # flock'ed while the run trains; holds "<host> <pid>" of its harness
-_HELD: dict[str, int] = {}  # workdir -> this process's descriptor of its (locked) lock file
+# (built config, spec) -> the committed record's run of an empty workdir, or None (record.lookup)
+Recorded = Callable[[object, RunSpec], Optional[dict]]
 
 
-def claim(workdir: str) -> Optional[str]:
-  """Takes the workdir's lock for this process; returns None when taken, else who holds it.
-
-  Two harness processes over one results dir (a second `reproduce.py` started beside the
-  first, to add runs at once) must not train into the same workdir. The lock is an exclusive
-  `flock` on WORKDIR/reproduce.lock: atomic (no two takers), dropped by the kernel when its
-  last holder exits (no stale locks), and inherited by the run's trainer (`held_fds`, passed to
-  the child), so a harness killed while its trainer goes on does not free the workdir for a
-  second trainer. The file stays (unlinking it would let two processes lock two files). A
-  bucket results dir (gs://) is not locked; on a network filesystem the lock holds where the
-  filesystem supports flock."""
-  if "://" in workdir:
-    return None
-  os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, LOCK_FILE)
-  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-  try:
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-  except BlockingIOError:
-    host, _, pid = os.read(fd, 256).decode(errors="replace").strip().partition(" ")
-    os.close(fd)
-    return (f"running in pid {pid} on {host} (or the trainer it started; its lock: {path})"
-            if pid else f"its lock {path} is held")
-  os.ftruncate(fd, 0)
-  os.write(fd, f"{socket.gethostname()} {os.getpid()}".encode())
-  _HELD[workdir] = fd
+def no_record(c, spec: RunSpec) -> Optional[dict]:
   return None
-
-
-def held_fds(workdir: str) -> tuple[int, ...]:
-  """The lock descriptor a run's child process inherits (subprocess pass_fds)."""
-  return (_HELD[workdir],) if workdir in _HELD else ()
-
-
-def release(workdir: str) -> None:
-  """Drops this process's hold (a trainer that inherited it holds the lock until it exits)."""
-  fd = _HELD.pop(workdir, None)
-  if fd is not None:
-    os.close(fd)
-
-
 def _add_seconds(workdir: str, seconds: float) -> None:
   """Sums the time spent in a workdir over resumes (the table's CPU-time total)."""
   if not os.path.isdir(workdir):
@@ -348,8 +308,7 @@ def subprocess_runner(spec: RunSpec) -> int:
 
 def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subprocess_runner,
             jobs: int = 1, echo: Callable[[str], None] = print,
-            recorded: Callable[[object, RunSpec], Optional[dict]] = lambda c, s: None
-            ) -> list[Outcome]:
+            recorded: Recorded = no_record) -> list[Outcome]:
   """Runs every spec not yet done, `jobs` at a time; a failed run is reported, not raised
   (the other runs go on). Refuses up front (StaleRunError) a workdir of another config.
   `recorded(c, spec)`: the committed record's run of an empty workdir (record.lookup), which
