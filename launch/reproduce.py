@@ -61,7 +61,7 @@ def _main(argv):
   results_dir = _RESULTS.value or rep.default_results_dir()
   overrides = rep.overrides_from_flags(_ITERS.value, _SET.value)
   if _LIST.value:
-    print(rep.list_rows(_SCALE.value, overrides))
+    print(rep.list_rows(_SCALE.value, overrides, results_dir=results_dir))
     return 0
   if _TABLE.value:
     path, text = results.write_table(results_dir)

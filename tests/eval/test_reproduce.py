@@ -159,6 +159,14 @@ def test_runs_resume_skip_finished_and_write_files(toy):
   assert ("M", 0) not in fake.calls and len(fake.calls) == 5
   assert [o.state for o in outcomes].count("skipped") == 1
   assert any("resume toy/M/seed1 from step 2" in s for s in said)
+  # the plan is said up front ("to run"); a run says "start"/"resume" when it begins (jobs=1:
+  # after the run before it is done)
+  assert "to run toy/M/seed1 (resumes from step 2)" in said
+  begins = [i for i, s in enumerate(said) if s.startswith(("start ", "resume "))]
+  dones = [i for i, s in enumerate(said) if s.startswith("done ")]
+  assert len(begins) == len(dones) == 5
+  assert all(d < b for d, b in zip(dones, begins[1:])) and begins[0] > max(
+      i for i, s in enumerate(said) if s.startswith("to run"))
   # the numbers: stats over seeds, Welch against scipy, the paper's diff and direction
   m, b = (a.stats["eval/success"] for a in row.arms)
   assert m.values == tuple(VALUES["M"]) and b.values == tuple(VALUES["B"])

@@ -46,6 +46,11 @@ def test_an_arm_added_in_a_fresh_clone_keeps_the_recorded_arm(toy):
   rep.reproduce(pc, "tiny", 2, rdir, arms=["M"], runner=fake, echo=lambda s: None)
   _fresh_clone(rdir)
   fake.calls.clear()
+  listed = rep.list_rows("tiny", configs_dir=cdir, results_dir=rdir)
+  toy_rows = listed[listed.index("toy:"):].splitlines()
+  assert toy_rows[1].endswith("recorded (seeds 0,1); runnable")  # M: in the record
+  assert toy_rows[2].endswith(":tiny,grpo                    runnable")  # B: not run yet
+  assert "recorded" not in rep.list_rows("full", configs_dir=cdir, results_dir=rdir)
   said = []
   row, outcomes = rep.reproduce(pc, "tiny", 2, rdir, arms=["B"], runner=fake, echo=said.append)
   assert sorted(fake.calls) == [("B", 0), ("B", 1)]

@@ -18,9 +18,10 @@ from agent_rl.eval.reproduce.comparison import (CONFIGS_DIR, PaperConfig, load_c
 
 
 def list_rows(scale: str = "tiny", overrides: Sequence[tuple[str, str]] = (),
-              configs_dir: str = CONFIGS_DIR) -> str:
-  """Every configs/*.py: its row (method vs baselines, metrics) and whether each arm can run
-  here at `scale`, with the reason when not; configs without a row say so."""
+              configs_dir: str = CONFIGS_DIR, results_dir: str = runs.RESULTS_DIR) -> str:
+  """Every configs/*.py: its row (method vs baselines, metrics), the seeds of each arm that the
+  row's committed record holds at `scale` (those need no workdir, no policy run here), and
+  whether the arm can run here, with the reason when not; configs without a row say so."""
   lines = []
   for pc in load_comparisons(configs_dir):
     comp = pc.comparison
@@ -29,10 +30,15 @@ def list_rows(scale: str = "tiny", overrides: Sequence[tuple[str, str]] = (),
       continue
     lines.append(f"{pc.name}: {comp.method} vs {', '.join(comp.baselines)} on "
                  f"{comp.setting or '—'}; metrics {', '.join(comp.metrics)}")
+    rec = record.read(results_dir, pc.name)
     for arm, variant in comp.arms.items():
       why = runs.arm_problem(pc, scale, arm, overrides)
       arg = runs.arm_arg(scale, variant)
+      done = sorted(seed for (a, seed), r in rec.items()
+                    if a == arm and r["_row"]["scale"] == scale)
       state = "runnable" if why is None else f"NOT RUNNABLE: {why}"
+      if done:
+        state = f"recorded (seeds {','.join(map(str, done))}); {state}"
       lines.append(f"  {arm:<12} :{arg:<28} {state}")
   return "\n".join(lines)
 

@@ -335,8 +335,8 @@ def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subproce
       echo(f"skip   {s.paper}/{s.arm}/seed{s.seed}: finished (step {step})")
     else:
       todo.append(s)
-      echo(f"{'resume' if state == 'resume' else 'start '} {s.paper}/{s.arm}/seed{s.seed}"
-           + (f" from step {step}" if state == "resume" else ""))
+      echo(f"to run {s.paper}/{s.arm}/seed{s.seed}"
+           + (f" (resumes from step {step})" if state == "resume" else ""))
 
   def one(s: RunSpec) -> Outcome:
     held = claim(s.workdir)
@@ -349,6 +349,8 @@ def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subproce
       if state == "done":  # finished by another process since this one planned
         echo(f"skip   {s.paper}/{s.arm}/seed{s.seed}: finished (step {step})")
         return Outcome(s, "skipped", 0.0, f"done (step {step})")
+      echo(f"{'resume' if state == 'resume' else 'start '} {s.paper}/{s.arm}/seed{s.seed}"
+           + (f" from step {step}" if state == "resume" else ""))
       rc = runner(s)
       msg = "" if rc == 0 else f"exit status {rc}; see {os.path.join(s.workdir, 'reproduce.log')}"
     except Exception as e:  # a runner error is that run's failure
