@@ -29,7 +29,11 @@ changes, both in the compiled loop:
   run) | intervene=<float> (nats per token, default 1.0).
 
 Teachers: the measured row distils runs/hera_cloud (the student's architecture, 10x its SFT:
-held-out greedy success 0.438 vs the student's 0.109). The bigger teacher of the `teacher`
+held-out greedy success 0.438 vs the student's 0.109), as trained on 2026-12-03. The same
+recipe on today's code (8b44a4c, 2026-12-05) gives another teacher: held-out success 0.422, bit
+for bit the same params in two runs (the run is deterministic; the training code changed in
+between, e.g. ad21293's microbatched step and 94ce3dd's optimizer; which change moved the bits
+was not bisected), and the student's eval is unchanged (0.109). The recorded runs keep the 2026-12-03 teacher; a rerun distils the regenerated one. The bigger teacher of the `teacher`
 variant reached only 0.172 greedy (avg@4 0.30) after 300 SFT steps at the tiny recipe's
 learning rate (measured 2026-12-03; 0.219 at 150 steps): weaker than the same-size teacher
 trained 150 steps, so it is not the row's teacher until a better recipe for it is measured.

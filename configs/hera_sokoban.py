@@ -45,14 +45,28 @@ Paper numbers (arXiv abstract, verified): on ALFWorld, WebShop and AppWorld Hera
 routers. The row compares cost-aware return and success against always-cloud and
 always-device: the claim to check is Hera's return above both, its success near always-cloud's
 (not above it; `claims` marks that pair's success as expected lower).
-Measured so far (tiny, 2026-12-03, the workers of the recipe above): always-cloud held-out
-success 0.438, return 2.63 (cost-aware); always-device success 0.109, return 0.297
-(evaluation-only arms: equal over seeds). IL only (stage 1, seeds 0-2): 709 labelled states,
-the device agreeing with the cloud at 22% of them, so the router imitates the majority label:
-held-out success 0.359 in every seed, return 1.54 / 1.54 / 1.78, cloud calls 6.9 / 6.9 / 5.9 and
-device calls 0 / 0 / 0.95 an episode: below always-cloud on both axes at this scale (a stalled
-router turn costs a step of the 10). **The Hera arm (stage 1 + RL) is not run yet** (~2 min an
-RL iteration here with three models per turn: about 45 min a run).
+Measured (tiny, 3 seeds, 2026-12-05; `benchmarks/results/reproduce/hera_sokoban.md`; the
+workers regenerated from the recipe above: device held-out success 0.109, cloud 0.422):
+| arm | return (cost-aware) | success | cloud / device calls an episode |
+| always-cloud | 2.409 | 0.422 | 6.38 / 0 |
+| always-device | 0.297 | 0.109 | 0 / 9.06 |
+| IL only | 1.963 [0.688, 3.238] | 0.370 | 4.58-6.52 / 0-2.88 |
+| Hera (IL + RL) | 2.212 [2.111, 2.313] | 0.406 (every seed) | 6.23-6.52 / 0-0.28 |
+**The paper's claim does not reproduce at tiny scale.** Hera keeps 96% of always-cloud's
+success (0.406 / 0.422; paper 92.5%) but calls the cloud at 96-100% of its steps (paper 46.3%),
+and its return is below always-cloud's: -0.198 [-0.298, -0.097] (one held-out task of 64 and
+a few router stalls), far above always-device's (+1.915). RL over imitation: +0.249 [-1.015,
++1.512] return (n.s.); what it did was move every seed to all-cloud routing (seed 2's
+imitation router called the device 2.9 times an episode at success 0.297; after RL 0 times,
+0.406). Why: 728 labelled states of 128 cloud trajectories, the device agreeing with the cloud
+at only 19.5% of them, so imitation learns the majority label "cloud", and at these workers a
+device step risks more than it saves (a success is worth 10, a cloud call 0.25; the device's
+success is a quarter of the cloud's). Hera's regime needs a device worker that is right on
+most steps (the paper routes 54% of steps to it); at tiny scale that means a stronger device
+worker (e.g. 40-60 SFT steps instead of 15) — not tried: the row reports the recipe as set
+before it was run. The earlier 2026-12-03 workers (cloud success 0.438, 709 labels at 22%
+agreement) are not the regenerated ones (same recipe, other code: regenerated twice today,
+bit-identical; configs/futurebridge_sokoban.py); always-cloud then gave 0.438 / 2.63, IL only 0.359.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config

@@ -128,6 +128,10 @@ def test_host_game_with_roles_trains_per_agent_lora_and_resumes_exactly(tmp_path
     assert json.load(f) == {"mode": "lora", "num": 2}  # the resolved count is saved
 
 
+# 2026-12-05 budget cut (156 s under load): per-agent LoRA runs in CI through `lora_run`, a
+# teacher's log-probs on every row in tests/train/test_distill.py, and routing of scored rows to
+# each agent's adapters in tests/agents/test_routing.py.
+@pytest.mark.slow
 def test_per_agent_lora_distills_from_a_single_network_teacher(tmp_path):
   """On-policy distillation with per-agent weights: a shared-network DealLite run teaches
   both agents' adapters (its log-probs scored on every row); the teacher term is logged."""

@@ -52,9 +52,12 @@ SLOW = {"gigpo_texthouse:tiny", "gigpo_minishop:tiny", "beacon_texthouse:tiny",
         "gigpo_sokoban:tiny", "spa_sokoban:tiny", "dr_grpo_countdown:tiny", "spa_texthouse:tiny",
         # 2026-12-01 budget cut (durations of the full suite: 90-160 s each): the hindsight
         # teacher (tests/train/test_hindsight.py), GRPO and DAPO (ragen_sokoban's variants,
-        # tests/rollout/test_strategies.py) and FrozenLake (its tsr variant stays) are covered.
+        # tests/rollout/test_strategies.py) and FrozenLake are covered.
         "trial_minishop:tiny", "gigpo_sokoban:tiny,grpo", "dr_grpo_countdown:tiny,dapo",
         "ragen_frozenlake:tiny",
+        # 2026-12-05 budget cut: TSR's rollouts are tests/rollout/test_strategies.py (both modes,
+        # windowed prefill), FrozenLake is tests/envs and test_all_envs.
+        "ragen_frozenlake:tiny,tsr",
         # Tool worlds: several minutes each here; the env, tool layer and strategies have
         # their own tests (tests/envs/<world>, tests/rollout/test_purify.py).
         "cleaner_calcmath:tiny", "cleaner_calcmath:tiny,fatal", "cleaner_calcmath:tiny,grpo",
