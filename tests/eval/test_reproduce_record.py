@@ -51,6 +51,8 @@ def test_an_arm_added_in_a_fresh_clone_keeps_the_recorded_arm(toy):
   assert toy_rows[1].endswith("recorded (seeds 0,1); runnable")  # M: in the record
   assert toy_rows[2].endswith(":tiny,grpo                    runnable")  # B: not run yet
   assert "recorded" not in rep.list_rows("full", configs_dir=cdir, results_dir=rdir)
+  assert "recorded" not in rep.list_rows("tiny", [("train.iterations", "9")], configs_dir=cdir,
+                                         results_dir=rdir)  # recorded with other --set values
   said = []
   row, outcomes = rep.reproduce(pc, "tiny", 2, rdir, arms=["B"], runner=fake, echo=said.append)
   assert sorted(fake.calls) == [("B", 0), ("B", 1)]
