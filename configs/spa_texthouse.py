@@ -22,9 +22,16 @@ same SFT -> PPO with answer-only turns), `long` (TextLab, 4 chained stages).
 Turn length: a state is 10-40 tokens with the tokenizer trained on env + SPA text, so a
 world-model turn (two states and the action) gets max_action_tokens = 128 at tiny.
 
-Expected direction: SPA > no-WM (SPA's Sokoban/FrozenLake claim). Not yet measured at tiny
-scale here (README, "Not yet"); on Sokoban at tiny scale world-model SFT did not beat
-answer-only SFT (configs/spa_sokoban.py), so do not expect it here without measuring.
+Expected direction: SPA > no-WM (SPA's Sokoban/FrozenLake claim). On Sokoban at tiny scale
+world-model SFT did not beat answer-only SFT (configs/spa_sokoban.py), so do not expect it here
+without measuring. Row in progress (benchmarks/results/reproduce/spa_texthouse.md): no-WM seed 0
+held-out success 0.031 after SFT -> 0.000 after PPO (avg@4 0.016 -> 0.004, reward 0.217 after
+SFT); SPA seed 0 at 0.000 after SFT (reward -0.286), rollout success 0.00-0.03 over 19 PPO
+iterations, OOM-killed in its final evaluation (checkpoint at iteration 10 kept: it resumes).
+Memory: a run's resident size peaks at 12-15 GB in its evaluations (64 tasks x 4 samples of
+windowed world-model turns; 3-8 GB otherwise), so two runs evaluating at once exceed 24 GB: on
+such a machine run this row with --jobs=1 and nothing else beside it. A run is ~55-60 min beside
+another (SPA's PPO iteration ~100 s alone, ~175 s beside another; 300 SFT steps ~15 min).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
