@@ -123,7 +123,7 @@ def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: EvalRunner = subp
     cps = panels(s, specs, arms, earliest_checkpoint(s.workdir, final_step(c)))
     path = epath.Path(s.workdir) / CROSS_FILE
     if path.exists() and json.loads(path.read_text())["counterparts"] == cps:
-      echo(f"skip   cross-play {s.paper}/{s.arm}/seed{s.seed}: done")
+      echo(f"skip   cross-play {s.name}: done")
       continue
     todo.append((s, cps, int(c.eval.counterpart_agent)))
 
@@ -135,7 +135,7 @@ def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: EvalRunner = subp
     except Exception as e:  # a runner error is that run's failure
       rc = f"{type(e).__name__}: {e}"
     if rc != 0 or not os.path.exists(raw):
-      echo(f"FAILED cross-play {s.paper}/{s.arm}/seed{s.seed}: {rc}; see "
+      echo(f"FAILED cross-play {s.name}: {rc}; see "
            f"{os.path.join(s.workdir, 'reproduce.log')}")
       return s.workdir
     with open(raw) as f:
@@ -145,7 +145,7 @@ def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: EvalRunner = subp
       json.dump({"counterparts": cps, "agent": agent, "metrics": m, "eval": evaluated}, f,
                 indent=2)
     os.remove(raw)
-    echo(f"done   cross-play {s.paper}/{s.arm}/seed{s.seed}: " +
+    echo(f"done   cross-play {s.name}: " +
          ", ".join(f"{k} {v:.3f}" for k, v in m.items() if k.endswith("/return")))
     return None
 

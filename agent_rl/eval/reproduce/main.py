@@ -34,8 +34,7 @@ def list_rows(scale: str = "tiny", overrides: Sequence[tuple[str, str]] = (),
     for arm, variant in comp.arms.items():
       why = runs.arm_problem(pc, scale, arm, overrides)
       arg = runs.arm_arg(scale, variant)
-      done = sorted(seed for (a, seed), r in rec.items() if a == arm and r["_row"] == {
-          "scale": scale, "overrides": [list(o) for o in overrides]})
+      done = record.recorded_seeds(rec, arm, scale, overrides)
       state = "runnable" if why is None else f"NOT RUNNABLE: {why}"
       if done:
         state = f"recorded (seeds {','.join(map(str, done))}); {state}"

@@ -36,9 +36,21 @@ def read(results_dir: str, paper: str) -> Record:
     row = json.loads(path.read_text())
   except json.JSONDecodeError as e:
     raise ValueError(f"{path}: not valid JSON ({e}); restore it (git checkout) or delete it")
-  meta = {"scale": row.get("scale"), "overrides": [list(o) for o in row.get("overrides", ())]}
+  meta = row_meta(row.get("scale"), row.get("overrides", ()))
   return {(a["arm"], r["seed"]): {**r, "_row": meta} for a in row.get("arms", ())
           for r in a.get("runs", ()) if r.get("finished")}
+
+
+def row_meta(scale: Optional[str], overrides: Sequence[Sequence[str]]) -> dict:
+  """What a record keeps of the command that wrote its row: scale and --set overrides."""
+  return {"scale": scale, "overrides": [list(o) for o in overrides]}
+
+
+def recorded_seeds(record: Record, arm: str, scale: str,
+                   overrides: Sequence[tuple[str, str]]) -> list[int]:
+  """The seeds of `arm` the record holds from a row written at `scale` with `overrides`."""
+  want = row_meta(scale, overrides)
+  return sorted(seed for (a, seed), r in record.items() if a == arm and r["_row"] == want)
 
 
 def seeds(record: Record) -> int:
@@ -62,7 +74,7 @@ def lookup(record: Record, c, spec: RunSpec, scale: str,
       raise StaleRunError(f"{where}: a run of another config ({', '.join(bad[:6])}); remove "
                           "the row's .json (git rm) to train it again, or use another "
                           "--results_dir")
-  elif rec["_row"] != {"scale": scale, "overrides": [list(o) for o in overrides]}:
+  elif rec["_row"] != row_meta(scale, overrides):
     raise StaleRunError(f"{where}: recorded at {rec['_row']}, requested scale={scale!r} "
-                        f"overrides={[list(o) for o in overrides]}")
+                        f"overrides={row_meta(scale, overrides)['overrides']}")
   return {**rec, "workdir": spec.workdir}

@@ -72,6 +72,11 @@ class RunSpec:
   def command(self, prefix: Sequence[str] = TRAIN) -> str:
     return shlex.join([*prefix, *self.args()])
 
+  @property
+  def name(self) -> str:
+    """The run's name in the harness's log: paper/arm/seedK."""
+    return f"{self.paper}/{self.arm}/seed{self.seed}"
+
 
 def arm_arg(scale: str, variant: str) -> str:
   return ",".join(w for w in (scale, variant) if w)
@@ -281,6 +286,8 @@ Recorded = Callable[[object, RunSpec], Optional[dict]]
 
 def no_record(c, spec: RunSpec) -> Optional[dict]:
   return None
+
+
 def _add_seconds(workdir: str, seconds: float) -> None:
   """Sums the time spent in a workdir over resumes (the table's CPU-time total)."""
   if not os.path.isdir(workdir):
@@ -321,7 +328,7 @@ def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subproce
     state, step = status(c, s.workdir)
     if state == "new" and recorded(c, s) is not None:
       out.append(Outcome(s, "skipped", 0.0, "recorded"))
-      echo(f"skip   {s.paper}/{s.arm}/seed{s.seed}: finished (in the row's record; "
+      echo(f"skip   {s.name}: finished (in the row's record; "
            "its workdir is not here)")
       continue
     same = twin(c, s.workdir) if state == "new" and not os.path.lexists(s.workdir) else None
@@ -329,27 +336,27 @@ def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subproce
       link_twin(s.workdir, same)
       state, step = status(c, s.workdir)
       out.append(Outcome(s, "skipped", 0.0, f"same run as {same} (step {step})"))
-      echo(f"reuse  {s.paper}/{s.arm}/seed{s.seed}: the same config and seed finished as {same}")
+      echo(f"reuse  {s.name}: the same config and seed finished as {same}")
     elif state == "done":
       out.append(Outcome(s, "skipped", 0.0, f"done (step {step})"))
-      echo(f"skip   {s.paper}/{s.arm}/seed{s.seed}: finished (step {step})")
+      echo(f"skip   {s.name}: finished (step {step})")
     else:
       todo.append(s)
-      echo(f"to run {s.paper}/{s.arm}/seed{s.seed}"
+      echo(f"to run {s.name}"
            + (f" (resumes from step {step})" if state == "resume" else ""))
 
   def one(s: RunSpec) -> Outcome:
     held = claim(s.workdir)
     if held:  # another harness process is running it
-      echo(f"busy   {s.paper}/{s.arm}/seed{s.seed}: {held}")
+      echo(f"busy   {s.name}: {held}")
       return Outcome(s, "skipped", 0.0, held)
     t0 = time.perf_counter()
     try:
       state, step = status(build_config(pc, s.arg, s.overrides), s.workdir)
       if state == "done":  # finished by another process since this one planned
-        echo(f"skip   {s.paper}/{s.arm}/seed{s.seed}: finished (step {step})")
+        echo(f"skip   {s.name}: finished (step {step})")
         return Outcome(s, "skipped", 0.0, f"done (step {step})")
-      echo(f"{'resume' if state == 'resume' else 'start '} {s.paper}/{s.arm}/seed{s.seed}"
+      echo(f"{'resume' if state == 'resume' else 'start '} {s.name}"
            + (f" from step {step}" if state == "resume" else ""))
       rc = runner(s)
       msg = "" if rc == 0 else f"exit status {rc}; see {os.path.join(s.workdir, 'reproduce.log')}"
@@ -359,7 +366,7 @@ def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subproce
       release(s.workdir)
     o = Outcome(s, "ran" if rc == 0 else "failed", time.perf_counter() - t0, msg)
     _add_seconds(s.workdir, o.seconds)
-    echo(f"{'done  ' if rc == 0 else 'FAILED'} {s.paper}/{s.arm}/seed{s.seed} in "
+    echo(f"{'done  ' if rc == 0 else 'FAILED'} {s.name} in "
          f"{o.seconds:.0f} s{': ' + msg if msg else ''}")
     return o
 
