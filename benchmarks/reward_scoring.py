@@ -81,7 +81,7 @@ def main():
       rows, _, batch, _, k = phases.rl_batch(r, prog, it)
       jax.block_until_ready(rows)
       t1 = time.perf_counter()
-      state, m = r.rl_update(prog.state, place.batch(rows), k)
+      state, m = r.rl_update(prog.state, place.batch(rows), k, int(rows.tokens.shape[1]))
       jax.block_until_ready(m)
       t2 = time.perf_counter()
       prog = phases.Progress(state, prog.meta, prog.reference)

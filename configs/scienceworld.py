@@ -16,13 +16,18 @@ Variants: `tiny` (ScienceWorld's "find a non-living thing" task with its `easy`
 simplifications, 32 variations per split, 9 turns), `full` (all 30 tasks, every variation,
 Qwen2.5-1.5B-sized policy, 40 steps), `ppo` (a shared-trunk critic with GAE instead of GRPO).
 
-`tiny` warm-starts on gold paths (48 demos drawn from the training variations; 30 SFT steps
-of 8 whole episodes; every replay wins), then 10 GRPO iterations in minibatches of 6
-episodes. Measured (seed 0, 2026-12-04, quiet 2-core CPU: 10 min 2 s wall with a mid-run
-evaluation this config no longer makes; ~28 s an RL iteration, 18 of them the rollout with its
-~0.1 s ScienceWorld steps): held-out (6 dev variations, greedy) score-delta return -0.90 before
-SFT (invalid actions), 0.63 after it (1 of 6 won), 0.60 after RL (none won); training-panel
-rollouts' return 0.22 over the first 5 iterations, 0.36 over the last 5, success 0.01 / 0.00.
+`tiny` warm-starts on gold paths (48 demos drawn from the training variations; 30 SFT steps of
+8 whole episodes; every replay wins), then 10 GRPO iterations in minibatches of 6 episodes, the
+learner on rows cut after their longest filled token (`train.length_bucket`, train/buckets.py:
+updates at 2,048 tokens a row here). Measured (seed 0, 2026-12-05, alone on the quiet 2-core
+CPU): **6 min 16 s wall**, peak RSS 2.6 GB, ~16 s an RL iteration (~11 s the rollout with its
+~0.1 s ScienceWorld steps); held-out (6 dev variations, greedy) score-delta return -0.90 before
+SFT (invalid actions), 0.37 after it, 0.55 after RL, none won; training-panel rollouts' return
+0.23 over the first 5 iterations, 0.30 over the last 5. The run of 2026-12-04 without the cut
+(10 min 2 s with a mid-run evaluation this config no longer makes, ~28 s an iteration) read
+0.63 after SFT (1 of 6 won) and 0.60 after RL, rollouts 0.22 -> 0.36: the cut is the same loss
+up to float rounding, which 30 Adam steps and a greedy 6-variation evaluation amplify, and the
+training code changed between the two dates too (the difference was not attributed further).
 An earlier tiny (three "find" tasks, 12 turns of 256-token observations) ran ~160 s an
 iteration on the shared box and did not fit the 10-minute budget.
 Papers report ScienceWorld's mean score over the test variations; the run logs success and
@@ -40,6 +45,8 @@ def get_config(arg: str | None = None):
   c.env.host.admissible = True
   c.env.host.split, c.env.host.eval_split = "train", "dev"
   c.env.host.score_scale = 0.01  # the 0-100 score as a reward in [-1, 1]
+  # The learner's rows cut after the longest filled row (train/buckets.py): the same loss.
+  c.train.length_bucket = 256
   if "ppo" in args:
     c.model.critic = "shared"
     c.credit.name = "gae"

@@ -2,9 +2,9 @@
 Cote, 2022, arXiv:2208.01174; CookingWorld is the TextWorld cooking game of the First
 TextWorld Problems competition, re-implemented in Scala by TextWorld-Express).
 
-The game runs in worker processes (`config.env.host.workers`, each keeping its JVM), the
-admissible commands are listed after every observation (as verl-agent's ALFWorld prompt
-does), an action is `<answer>command</answer>`, the reward is the change of the game's score
+The game runs in worker processes (`config.env.host.workers`, each keeping its JVM), at
+`full` the admissible commands are listed after every observation (as verl-agent's ALFWorld
+prompt does; `tiny` shows the game text only, below), an action is `<answer>command</answer>`, the reward is the change of the game's score
 (a running total in [0, 1]), success is `won`. Training panels are TWX's train fold seeds,
 evaluation its dev fold.
 
@@ -18,29 +18,28 @@ steps, prepare meal, eat meal), `full` (Qwen2.5-1.5B-sized policy, TWX's default
 CookingWorld: several rooms, doors, distractors, 50 steps), `rloo` (the RLOO baseline instead
 of GRPO).
 
-`tiny` warm-starts on the 64 training games' gold paths (60 SFT steps of 16; the host demos of
-data/host_demos.py, replayed by the host loop: 63 of 64 win), then 20 GRPO iterations.
-Measured (seed 0, 2026-12-03 on the shared 2-core box under 3 other runs, 33 min wall; re-run
-alone on 2026-12-04 after the JVM change of envs/host/jvm.py with the same numbers, 17 min 55 s
-wall: SFT ~8 min, ~24 s an RL iteration, rollout 9 s and update 15 s, peak RSS 11.4 GB):
-held-out (dev fold, 16 games x 4) reward -1.20 before SFT, 0.06 after it, 0.12 after RL;
-held-out success 0.00 throughout; on the training fold the sampled rollouts win 0.24 in the
-first 5 iterations and 0.37 in the last 5. The rendered held-out episodes show why: the policy
-follows the plan's shape (look around, cookbook, knife, fridge, prepare meal) but picks the
-recipe's verb and appliance wrongly (a "grill" step cooked in the stove, a "chop" step
-skipped) or repeats "prepare meal" before the ingredient is ready. The config is the recipe
-for the real package at scale; at tiny scale it shows the path works end to end and learns on
-its own games, not that it generalizes. The issue's 10-minute budget is not met: whole-episode rows of
-~2,700 tokens (12 turns of ~190-token observations, most of them the admissible list) make the
-learner the cost, and the cut that fits (30 SFT steps of 12, 12 iterations: 9 min 42 s) leaves
-held-out reward at 0.02 and every training rollout after the first iteration unsolved.
-Observation budget (measured 2026-12-05 on 16 training games' gold paths, with the run's
-tokenizer): with the admissible list an observation is 233 tokens at the median (p90 311, max
-351), so `obs_tokens` = 192 keeps the game text and the head of the list and cuts the list's
-tail in most turns (counted in `obs_truncated`). Listing nothing (`env.host.admissible=False`)
-does not make the run cheaper: the median observation is then 11 tokens, but the layout reserves
-`obs_tokens` a turn and the look-around and cookbook turns reach 162 (an SFT step took ~10 s
-beside another run, as with the list).
+`tiny` shows the game text only (`env.host.admissible=False`; `full` lists the admissible
+commands, as verl-agent's prompts do), warm-starts on the 64 training games' gold paths (60
+SFT steps of 16; the host demos of data/host_demos.py, replayed by the host loop: 63 of 64
+win), then 20 GRPO iterations; the learner runs on rows cut after their longest filled token
+(`train.length_bucket=256`, train/buckets.py: the same loss).
+Measured (seed 0, 2026-12-05, alone on the quiet 2-core CPU: **5 min 32 s wall**, peak RSS
+4.1 GB; SFT ~1.5 s a step, an RL iteration ~8.5 s: rollout 7 s, update ~1.5 s at 768-1,024
+of the 2,654 slots): held-out (dev fold, 16 games x 4) reward -1.20 before SFT, 0.06 after
+it, 0.08 after RL (avg@4 0.016, pass@4 0.06, success 0.00); on the training fold the sampled
+rollouts win 0.24 in the first 5 iterations and 0.29 in the last 5. The same run beside
+another took 10 min 47 s with the same metrics, bit for bit.
+Why the list is off at `tiny`: with it the run measured 17 min 55 s (2026-12-04; held-out
+reward 0.06 after SFT, 0.12 after RL, rollouts 0.24 -> 0.37) because the list is most of each
+observation (233 tokens at the median, p90 311, cut at `obs_tokens` = 192), so rows are
+1,700-2,300 filled tokens and the cut gains 1.3-1.7x, where without it observations are 11
+tokens at the median (look-around and cookbook turns up to 162), rows ~650 and the cut gains
+7.2x (`benchmarks/length_buckets.py`). Both settings reach the same regime: the policy follows
+the plan's shape (look around, cookbook, knife, fridge, prepare meal) but picks the recipe's
+verb and appliance wrongly (a "grill" step cooked in the stove, a "chop" step skipped) or
+repeats "prepare meal" before the ingredient is ready. The config is the recipe for the real
+package at scale; at tiny scale it shows the path works end to end and learns on its own
+games, not that it generalizes.
 """
 from agent_rl.train.config import scaled_config
 
@@ -54,7 +53,12 @@ def get_config(arg: str | None = None):
   c.env.host.admissible = True
   c.env.host.split, c.env.host.eval_split = "train", "dev"
   c.credit.name = "rloo" if "rloo" in args else "grpo"
+  # The learner's rows cut after the longest filled row (train/buckets.py): observations
+  # rarely fill their obs_tokens and the cut is the same loss.
+  c.train.length_bucket = 256
   if c.scale == "tiny":
+    # The game text only (docstring): the list was most of each row, and the learner's cost.
+    c.env.host.admissible = False
     c.env.kwargs.params = ("numLocations=1,numIngredients=1,numDistractorItems=0,"
                            "includeDoors=0,limitInventorySize=0")
     c.env.kwargs.num_tasks = 64
@@ -63,9 +67,8 @@ def get_config(arg: str | None = None):
     # TWX's gold paths are 8-12 commands here (look around, take and read the cookbook, take
     # the knife, open and close the fridge, ..., prepare meal, eat meal): 12 turns fit them.
     c.rollout.max_turns, c.rollout.max_action_tokens = 12, 16
-    # 18 min on the quiet 2-core CPU, not 10 (docstring): an SFT step of 16 whole episodes
-    # (~2,700 tokens each) costs ~7.5 s and an RL iteration ~24 s; the 10-minute cut (30 SFT
-    # steps of 12, 12 iterations) left every rollout unsolved, so RL had nothing to learn from.
+    # Whole episodes of 600-700 filled tokens (of 2,654 slots): an SFT step of 16 ~1.5 s,
+    # an RL iteration ~16 s, most of it the rollout (docstring).
     c.sft.steps, c.sft.batch_size, c.sft.num_demos = 60, 16, 64
     c.train.iterations, c.train.minibatch_episodes = 20, 32
     c.eval.num_tasks = 16

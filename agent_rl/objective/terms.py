@@ -39,7 +39,8 @@ class TermInputs(NamedTuple):
   """What a term sees. stats: the current policy's `logprobs`, `entropy` (`[B, L]`) and
   `values` (`[B, L]` or None) on the minibatch; mask: loss mask `[B, L]` f32; advantages:
   `[B, L]` after the advantage terms; weights: `[B, L]` policy-loss weights or None; agg: the
-  loss aggregation mode; key: PRNG key of this step."""
+  loss aggregation mode; key: PRNG key of this step; scale: C of `seq-mean-token-sum-norm`
+  (the rows' full length when the learner cut them, `train.buckets`; None: their length)."""
   stats: Any
   mb: Minibatch
   mask: jax.Array
@@ -47,6 +48,7 @@ class TermInputs(NamedTuple):
   weights: Optional[jax.Array]
   agg: str
   key: jax.Array
+  scale: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,16 +95,18 @@ def term_names(c) -> list[str]:
 
 
 def build_objective(c) -> Callable:
-  """`objective(stats, mb, key) -> (total, metrics)` of the enabled terms of `config`."""
+  """`objective(stats, mb, key, row_length=None) -> (total, metrics)` of the enabled terms of
+  `config`. row_length: the rows' length before `train.buckets.cut` trimmed them, the constant
+  that `seq-mean-token-sum-norm` divides by (None: the minibatch's own length)."""
   active = [(n, TERMS.get(n)) for n in term_names(c) if TERMS.get(n).active(c)]
   by_kind = {k: [(n, t) for n, t in active if t.kind_of(c) == k] for k in KINDS}
   coefs = {n: float(t.coef(c)) for n, t in active}
   agg = c.loss.agg_mode
 
-  def objective(stats, mb: Minibatch, key):
+  def objective(stats, mb: Minibatch, key, row_length: Optional[int] = None):
     x = TermInputs(stats=stats, mb=mb, mask=mb.loss_mask.astype(jnp.float32),
-                   advantages=mb.advantages, weights=None, agg=agg, key=key)
-    metrics = {"loss/entropy": losses.agg_loss(stats.entropy, x.mask, agg)}
+                   advantages=mb.advantages, weights=None, agg=agg, key=key, scale=row_length)
+    metrics = {"loss/entropy": losses.agg_loss(stats.entropy, x.mask, agg, scale=x.scale)}
     for n, t in active:
       missing = [f for f in t.needs if getattr(mb, f, None) is None]
       if missing:
@@ -140,14 +144,14 @@ def policy_term(x: TermInputs, c):
   with the sampler importance weights when that term is on."""
   pg, m = losses.get(c.loss.name)(x.stats.logprobs, x.mb.old_logprobs, x.advantages, x.mask,
                                   loss_agg_mode=x.agg, key=x.key, turn_index=x.mb.turn_index,
-                                  weights=x.weights, **dict(c.loss.kwargs))
+                                  weights=x.weights, **{"scale": x.scale, **dict(c.loss.kwargs)})
   return pg, {f"loss/{k}": v for k, v in m.items()} | {"loss/policy": pg}
 
 
 @register_term("entropy", coef=lambda c: -c.loss.entropy_coef)
 def entropy_term(x: TermInputs, c):
   """Entropy bonus: total -= entropy_coef x agg(H_t)."""
-  return losses.agg_loss(x.stats.entropy, x.mask, x.agg), {}
+  return losses.agg_loss(x.stats.entropy, x.mask, x.agg, scale=x.scale), {}
 
 
 @register_term("kl", coef=lambda c: c.loss.kl_coef, needs=("ref_logprobs",))
@@ -155,7 +159,7 @@ def kl_term(x: TermInputs, c):
   """KL to the frozen reference, the `config.loss.kl_type` estimator (k1/k2/k3, '+' = straight
   through; ALGORITHMS.md §1.8)."""
   kl = losses.agg_loss(losses.kl_penalty(x.stats.logprobs, x.mb.ref_logprobs, c.loss.kl_type),
-                       x.mask, x.agg)
+                       x.mask, x.agg, scale=x.scale)
   return kl, {"loss/kl_ref": kl}
 
 
@@ -166,7 +170,8 @@ def value_term(x: TermInputs, c):
   if x.stats.values is None:
     raise ValueError("loss term 'value' needs a critic (config.model.critic)")
   vl, vm = losses.value_loss(x.stats.values, x.mb.returns, x.mb.old_values, x.mask,
-                             cliprange_value=c.loss.value_clip, loss_agg_mode=x.agg)
+                             cliprange_value=c.loss.value_clip, loss_agg_mode=x.agg,
+                             scale=x.scale)
   return vl, {f"loss/{k}": v for k, v in vm.items()} | {"loss/value": vl}
 
 
@@ -180,12 +185,13 @@ def distill_term(x: TermInputs, c):
   loss then optimizes with its ratio clipping (Thinking Machines' recipe);
   `task_advantages=False` drops the RL advantages (pure distillation)."""
   gap = losses.reverse_kl_advantage(x.mb.old_logprobs, x.mb.teacher_logprobs, x.mask)
-  m = {"distill/reverse_kl": losses.agg_loss(-gap, x.mask, x.agg)}
+  m = {"distill/reverse_kl": losses.agg_loss(-gap, x.mask, x.agg, scale=x.scale)}
   if c.distill.mode == "advantage":
     base = x.advantages if c.distill.task_advantages else jnp.zeros_like(x.advantages)
     return base + c.distill.coef * gap, m
   kl, _ = losses.sampled_kl_loss(x.stats.logprobs, x.mb.teacher_logprobs, x.mask,
-                                 direction="reverse", loss_agg_mode=x.agg)
+                                 direction="reverse", loss_agg_mode=x.agg,
+                                 scale=x.scale)
   return kl, m
 
 
@@ -195,7 +201,7 @@ def sft_term(x: TermInputs, c):
   (self-imitation of better-than-baseline samples: Oh et al. 2018; RAFT / ReST's filtered
   SFT), added to the RL loss."""
   keep = x.mask * (x.advantages > 0)
-  loss, _ = losses.sft_loss(x.stats.logprobs, keep, loss_agg_mode=x.agg)
+  loss, _ = losses.sft_loss(x.stats.logprobs, keep, loss_agg_mode=x.agg, scale=x.scale)
   return loss, {"loss/sft_aux": loss}
 
 

@@ -90,6 +90,9 @@ def validate_config(c: mlc.ConfigDict) -> None:
          "loss.value_coef > 0): it is what the warm-up trains")
     need(c.agents.mode == "shared", "train.critic_warmup",
          f"supported with agents.mode='shared' (one network), got {c.agents.mode!r}")
+  lb = c.train.get("length_bucket", 0)
+  need(isinstance(lb, int) and not isinstance(lb, bool) and lb >= 0, "train.length_bucket",
+       f"must be an int >= 0 (tokens; 0: no cut), got {lb!r}")
   need(c.sft.steps >= 0, "sft.steps", "must be >= 0")
   need(c.sft.get("plans", "expert") in ("expert", "route_agreement"), "sft.plans",
        f"must be expert|route_agreement, got {c.sft.get('plans')!r}")

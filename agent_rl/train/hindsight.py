@@ -73,12 +73,12 @@ def privileged_logprobs(lm_graphdef, params, batch: EpisodeBatch, priv: Text,
   from agent_rl.agents.routing import route
   from agent_rl.train.learner import _rows, map_row_chunks, row_agents
   from agent_rl.train.policy import policy_token_stats  # pulls in the models room
-  tok, pos, attn, shape = _rows(batch)
+  tok, pos, attn, restore = _rows(batch)
   full = prefixed_rows(tok, pos, attn, priv)
   lp = map_row_chunks(lambda t, q, a, g: route(
       mode, lambda p: policy_token_stats(lm_graphdef, p, t, q, a)[0], params, g, lm_only=True),
       chunks, *full, row_agents(batch))
-  return (lp[:, priv.tokens.shape[1]:] * attn).reshape(shape)
+  return restore(lp[:, priv.tokens.shape[1]:])
 
 
 def reweight(rows, teacher_logprobs: jax.Array, *, mode: str, beta: float, gap_clip: float,

@@ -8,6 +8,7 @@ as one scan.
 from __future__ import annotations
 
 import functools
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -44,13 +45,22 @@ def prepare(batch: EpisodeBatch, credit: Credit) -> Minibatch:
 prepare_jit = jax.jit(prepare)
 
 
-def _rows(batch: EpisodeBatch):
-  """(tokens, positions, attention mask) as forward rows, and the `[N, L]` shape to restore."""
+def _rows(batch: EpisodeBatch, length: Optional[int] = None):
+  """(tokens, positions, attention mask) as forward rows `[R, W]`, cut to their first `length`
+  slots (`train.buckets.batch_length`: every attended slot lies before it), and `restore`:
+  a `[R, length]` result back to the batch's `[N, L]` (the cut slots 0)."""
   tok, pos = batch.tokens, batch.position
   attn = batch.attention_mask if batch.attention_mask is not None else jnp.ones(tok.shape, bool)
   if batch.segment_len:
     tok, pos, attn = (x.reshape(-1, batch.segment_len) for x in (tok, pos, attn))
-  return tok, pos, attn, batch.tokens.shape
+  width = tok.shape[1]
+  if length is not None:
+    tok, pos, attn = (x[:, :length] for x in (tok, pos, attn))
+
+  def restore(y):
+    y = y * attn
+    return jnp.pad(y, ((0, 0), (0, width - y.shape[1]))).reshape(batch.tokens.shape)
+  return tok, pos, attn, restore
 
 
 def map_row_chunks(fn, chunks: int, *rows):
@@ -77,28 +87,29 @@ def row_agents(batch: EpisodeBatch) -> jax.Array:
   return batch.agent_id.reshape(-1) if batch.segment_len else batch.agent_id[:, 0]
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=("mode", "chunks"))
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("mode", "chunks", "length"))
 def critic_values(graphdef, params, batch: EpisodeBatch, mode: str = "shared",
-                  chunks: int = 1) -> jax.Array:
+                  chunks: int = 1, length: Optional[int] = None) -> jax.Array:
   """Rollout-time critic values `[N, L]` (V of each prefix) for GAE-family credit; with
   per-agent weights (`mode` lora | separate) each row under its acting agent's; `chunks`
-  slices of the rows at a time (`map_row_chunks`)."""
-  tok, pos, attn, shape = _rows(batch)
+  slices of the rows at a time (`map_row_chunks`); `length`: rows cut (`_rows`)."""
+  tok, pos, attn, restore = _rows(batch, length)
   values = map_row_chunks(lambda t, q, a, g: route(
       mode, lambda p: nnx.merge(graphdef, p).values(t, q, a), params, g),
       chunks, tok, pos, attn, row_agents(batch))
-  return (values * attn).reshape(shape)
+  return restore(values)
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=("mode", "chunks"))
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("mode", "chunks", "length"))
 def reference_logprobs(lm_graphdef, ref_params, batch: EpisodeBatch, mode: str = "shared",
-                       chunks: int = 1) -> jax.Array:
+                       chunks: int = 1, length: Optional[int] = None) -> jax.Array:
   """Log-probs `[N, L]` of the batch's tokens under a frozen reference policy (for KL); with
   per-agent weights (`mode` lora | separate: `ref_params` stacked like the run's policy LM)
-  each row under its acting agent's reference; `chunks` slices of the rows at a time."""
+  each row under its acting agent's reference; `chunks` slices of the rows at a time;
+  `length`: rows cut (`_rows`)."""
   from agent_rl.train.policy import policy_token_stats  # pulls in the models room
-  tok, pos, attn, shape = _rows(batch)
+  tok, pos, attn, restore = _rows(batch, length)
   lp = map_row_chunks(lambda t, q, a, g: route(
       mode, lambda p: policy_token_stats(lm_graphdef, p, t, q, a)[0], ref_params, g,
       lm_only=True), chunks, tok, pos, attn, row_agents(batch))
-  return (lp * attn).reshape(shape)
+  return restore(lp)

@@ -24,7 +24,7 @@ from agent_rl.eval.episodes import held_out_episodes
 from agent_rl.eval.evaluate import evaluate, extras_metrics
 from agent_rl.objective import shapers
 from agent_rl.parallel.distributed import main_process_first
-from agent_rl.train import hindsight, learner, sft
+from agent_rl.train import buckets, hindsight, learner, sft
 from agent_rl.train.checkpoint import CheckpointLayoutError, RunCheckpoint
 from agent_rl.train.metrics import check_finite, progress, to_host
 from agent_rl.train.state import StateSpec, TrainState, copy_tree, new_train_state
@@ -80,7 +80,9 @@ class Run:
   policy: Any  # rollout Policy over spec.lm_graphdef
   rl_opt: Any
   sft_opt: Any
-  rl_update: Callable  # (state, rows, key) -> (state, mean metrics): epochs x minibatches
+  # (state, rows, key, row_length) -> (state, mean metrics): epochs x minibatches; row_length
+  # (static) is the rows' length before a length-bucket cut (train/buckets.py)
+  rl_update: Callable
   sft_step: Callable
   credit_fn: Callable
   roll_fn: Callable
@@ -221,8 +223,11 @@ def sft_phase(run: Run, prog: Progress) -> Progress:
     print(f"before SFT: {ev}", flush=True)
   bar = progress(run.sft_steps, prog.meta.sft_step, "sft")
   state, meta = prog.state, prog.meta
+  bucket = int(c.train.get("length_bucket", 0))
   while meta.sft_step < run.sft_steps:
-    mb = place.batch(sft.sft_batches(rows, c.sft.batch_size, meta.sft_step, c.seed))
+    # Cut after the longest demo of the batch (train/buckets.py); the NLL is a token mean.
+    mb, _ = buckets.cut(sft.sft_batches(rows, c.sft.batch_size, meta.sft_step, c.seed), bucket)
+    mb = place.batch(mb)
     run.ckpt.wait()  # the step donates the state an async save may still be reading
     state, m = run.sft_step(state, mb)
     meta = dataclasses.replace(meta, sft_step=meta.sft_step + 1)
@@ -264,18 +269,21 @@ def rl_batch(run: Run, prog: Progress, it: int):
   if run.baseline_fn is not None:  # ReMax: the greedy return of the same tasks (same reset keys)
     batch, bm = baseline.attach_baseline_return(batch, run.baseline_fn, params["lm"], tasks, k_roll)
     rmetrics = {**rmetrics, **bm}
+  # The scoring passes run on rows cut after the longest filled one (train/buckets.py).
+  cut = (dict(chunks=run.forward_chunks, length=buckets.batch_length(
+      batch, int(c.train.get("length_bucket", 0))))
+         if c.model.critic != "none" or prog.reference is not None or run.teacher is not None
+         else {})
   if c.model.critic != "none":
     batch = batch.replace(values=learner.critic_values(run.spec.graphdef, params, batch,
-                                                       mode=run.setup.agents.mode,
-                                                       chunks=run.forward_chunks))
+                                                       mode=run.setup.agents.mode, **cut))
   if prog.reference is not None:  # each row under its agent's reference (per-agent weights)
     batch = batch.replace(ref_logprobs=learner.reference_logprobs(
-        run.spec.lm_graphdef, prog.reference, batch, mode=run.setup.agents.mode,
-        chunks=run.forward_chunks))
+        run.spec.lm_graphdef, prog.reference, batch, mode=run.setup.agents.mode, **cut))
   if run.teacher is not None:  # on-policy distillation: the teacher scores the student's tokens
     g, p, mode = run.teacher
-    batch = batch.replace(teacher_logprobs=learner.reference_logprobs(
-        g, p, batch, mode=mode, chunks=run.forward_chunks))
+    batch = batch.replace(teacher_logprobs=learner.reference_logprobs(g, p, batch, mode=mode,
+                                                                      **cut))
   if run.reward_model is not None:  # its scores reach the rewards via the reward_model shaper
     batch = run.reward_model.attach(batch)
   batch, smetrics, shaper_state = shapers.apply_shapers(c, batch, prog.meta.shaper_state)
@@ -318,7 +326,9 @@ def rl_phase(run: Run, prog: Progress) -> dict:
     run.ckpt.wait()  # the async save overlapped the rollout; the update donates the state
     # Critic warm-up (verl's trainer.critic_warmup): the value term alone, the policy fixed.
     update = run.critic_update if prog.meta.iteration < warm else run.rl_update
-    state, umetrics = update(prog.state, run.spec.place.batch(rows), k_upd)
+    # Rows cut after the longest filled row (train/buckets.py); `full` stays the loss's C.
+    rows, full = buckets.cut(rows, int(c.train.get("length_bucket", 0)))
+    state, umetrics = update(prog.state, run.spec.place.batch(rows), k_upd, full)
     if warm:
       umetrics = {**umetrics, "train/critic_only": float(prog.meta.iteration < warm)}
     meta = dataclasses.replace(prog.meta, iteration=prog.meta.iteration + 1,
@@ -329,6 +339,7 @@ def rl_phase(run: Run, prog: Progress) -> dict:
     m["time/rollout_s"] = t_rows      # rollout, scoring passes, credit
     m["time/update_s"] = m["time/iteration_s"] - t_rows  # the updates (and the save's wait)
     m["time/gen_tokens_per_s"] = m["rollout/gen_tokens"] / m["time/iteration_s"]
+    m["train/row_length"] = float(rows.tokens.shape[1])  # the update's (bucketed) row length
     if c.train.halt_on_nan:
       check_finite(meta.global_step, m)
     improved = False

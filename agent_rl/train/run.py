@@ -154,10 +154,19 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   # log-probs): the ratio's numerator is the dropped-out policy, as PEFT-trained TRL PPO.
   stats = lambda params, mb, key: apply_fn(params, mb.tokens, mb.position, mb.attention_mask,
                                            dropout_key=key, agent=mb.agent)
-  rl_loss = lambda params, mb, key: objective(stats(params, mb, key), mb, key)
+  lora = setup.model_cfg.lora is not None  # then no base-weight gradients are computed at all
+
+  def loss_of(objective_fn):
+    """row_length -> the RL loss(params, mb, key): `row_length` is the rows' length before a
+    length-bucket cut (train/buckets.py), the C of seq-mean-token-sum-norm."""
+    def make(row_length):
+      loss = lambda params, mb, key: objective_fn(stats(params, mb, key), mb, key, row_length)
+      return lora_learner.frozen_loss(loss) if lora else loss
+    return make
+
   sft_loss = sft.make_sft_loss(apply_fn)
-  if setup.model_cfg.lora is not None:  # no base-weight gradients are computed at all
-    rl_loss, sft_loss = lora_learner.frozen_loss(rl_loss), lora_learner.frozen_loss(sft_loss)
+  if lora:
+    sft_loss = lora_learner.frozen_loss(sft_loss)
   reward_model = None
   if c.reward.model:  # a frozen reward model scores each rollout (agent_rl.reward.use)
     from agent_rl.reward.use import load_for_rl
@@ -170,11 +179,10 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   grad_metrics = functools.partial(agents.per_agent_norms, ag.mode, num=ag.num)
   micro = int(c.train.microbatches)
 
-  def rl_update(loss, opt):
-    scan = make_scan_update(make_train_step(loss, opt, grad_metrics, microbatches=micro),
-                            epochs=int(c.train.epochs), minibatch_rows=int(mb_rows))
-
-    def rl_train_step(state, rows, key):  # one iteration's epochs x minibatches, one program
+  def rl_update(make_loss, opt):
+    def rl_train_step(state, rows, key, row_length):  # an iteration's epochs x minibatches
+      step = make_train_step(make_loss(row_length), opt, grad_metrics, microbatches=micro)
+      scan = make_scan_update(step, epochs=int(c.train.epochs), minibatch_rows=int(mb_rows))
       return scan(state, rows, key)
     return jit_update(rl_train_step, spec, rl_opt)
 
@@ -182,15 +190,11 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   if warm:  # critic warm-up: the value term alone, the actor's optimizer holds (optim.py)
     value_c = c.copy_and_resolve_references()
     value_c.loss.terms = "value"
-    value_objective = build_objective(value_c)
-    value_loss = lambda params, mb, key: value_objective(stats(params, mb, key), mb, key)
-    if setup.model_cfg.lora is not None:
-      value_loss = lora_learner.frozen_loss(value_loss)
-    critic_update = rl_update(value_loss, warm_opt)
+    critic_update = rl_update(loss_of(build_objective(value_c)), warm_opt)
 
   return phases.Run(
       c=c, workdir=workdir, setup=setup, ecfg=ecfg, spec=spec, policy=policy, rl_opt=rl_opt,
-      sft_opt=sft_opt, rl_update=rl_update(rl_loss, rl_opt),
+      sft_opt=sft_opt, rl_update=rl_update(loss_of(objective), rl_opt),
       sft_step=jit_step(make_train_step(sft_loss, sft_opt, microbatches=micro), spec, sft_opt),
       credit_fn=credit_fn, roll_fn=roll_fn, baseline_fn=baseline_fn, strategy=strategy,
       strategy_kwargs=strat_kw,

@@ -119,10 +119,11 @@ def jit_step(step_fn: Callable, spec: StateSpec, optimizer: optax.GradientTransf
 
 
 def jit_update(update_fn: Callable, spec: StateSpec, optimizer: optax.GradientTransformation):
-  """`update_fn(state, rows, key)` (a whole iteration's epochs x minibatches,
-  `train.epochs.make_scan_update`) jitted with explicit shardings, the state donated."""
+  """`update_fn(state, rows, key, row_length)` (a whole iteration's epochs x minibatches,
+  `train.epochs.make_scan_update`) jitted with explicit shardings, the state donated;
+  `row_length` (the rows' length before a length-bucket cut, or None) is static."""
   target = spec.abstract_train_state(optimizer)
   sh = jax.tree.map(lambda x: x.sharding, target)
   place = spec.place
   return jax.jit(update_fn, in_shardings=(sh, place.batch_sharding, place.replicated),
-                 out_shardings=(sh, place.replicated), donate_argnums=0)
+                 out_shardings=(sh, place.replicated), static_argnums=3, donate_argnums=0)

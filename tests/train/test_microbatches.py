@@ -1,6 +1,7 @@
 """`config.train.microbatches`: a train step's batch in k slices whose gradients are averaged
 into one update (train/step.py), checked against a plain loop over the slices; the whole
-minibatch's update when the slices hold equal token counts; bad values refused by name."""
+minibatch's update when the slices hold equal token counts; bad values refused by name. A
+whole run with micro-batches and a critic: tests/train/test_buckets.py (its two runs)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -83,16 +84,3 @@ def test_bad_microbatches_are_refused_naming_the_field():
   c.train.microbatches, c.sft.steps, c.sft.batch_size = 2, 2, 3
   with pytest.raises(ValueError, match=r"config.train.microbatches: 2 must divide sft.batch_size"):
     validate(c)
-
-
-def test_a_microbatched_run_with_a_critic_trains(tmp_path, capsys):
-  """The run's wiring: SFT and RL steps in 2 slices, the critic's rollout pass in slices."""
-  from agent_rl.metrics import read_jsonl
-  from agent_rl.train.run import run
-  c = tiny_config(iterations=1, sft_steps=2, credit="gae", critic="shared")
-  c.train.minibatch_episodes, c.train.microbatches = 4, 2
-  run(c, str(tmp_path))
-  recs = read_jsonl(str(tmp_path / "metrics.jsonl"))
-  rl = [r for r in recs if "loss/value" in r]
-  assert rl and all(np.isfinite(r["grad/norm"]) and r["grad/norm"] > 0 for r in rl)
-  assert "train activations" in capsys.readouterr().out

@@ -1,7 +1,8 @@
 """Multi-host on one machine: 2 processes x 4 fake CPU devices joined by
 `jax.distributed.initialize` (launch/local.sh, gloo CPU collectives) train the same config as
 one process with 8 devices, with the same metrics; the mesh puts `data` across the two
-processes (DCN) and `fsdp` inside each (ICI), as on a two-slice pod.
+processes (DCN) and `fsdp` inside each (ICI), as on a two-slice pod. The learner's rows are
+cut to length buckets (`train.length_bucket`), whose length both processes must agree on.
 """
 import os
 import subprocess
@@ -19,6 +20,9 @@ def config(num_devices):
   c = sharded_config(iterations=2, ckpt_every=1, sft_steps=2, num_devices=num_devices,
                      data=1 if multi else 2, fsdp=4, tensor=1)
   c.mesh.dcn.data = 2 if multi else 1
+  # Rows cut after the longest filled row (train/buckets.py): every process must cut at the
+  # same length, a max over the global rows that both read.
+  c.train.length_bucket = 8
   return c
 
 

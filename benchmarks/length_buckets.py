@@ -1,0 +1,157 @@
+"""Benchmark: the learner on rows cut after their longest filled token (`train.length_bucket`,
+agent_rl/train/buckets.py) vs the same update on the layout's whole rows.
+
+Per config, the run's own `build_run` and one RL batch (`phases.rl_batch`: the rollout of the
+initial policy), then paired rounds (whole, cut, whole, cut, ...) of
+- the RL update (`rl_update`: the iteration's epochs x minibatches, one program), and
+- the SFT step on one batch of the config's demos (`sft_step`; configs with `sft.steps`),
+each from a copy of the same state, so both paths compute the same update (the script checks
+the losses agree). Also the rows' filled lengths (the data the cut works from).
+
+Default configs: `textworld_cooking:tiny` with `env.host.admissible=True` (the admissible
+list fills most of each 192-token observation) and as it is (the game text only: most
+observations are a few tokens), the host env the 10-minute budget of issue 20 is about.
+
+  python benchmarks/length_buckets.py [--configs textworld_cooking:tiny] [--bucket 256]
+      [--rounds 3]
+
+Writes benchmarks/results/length_buckets.json and prints it.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from results_io import write_json  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT = "textworld_cooking:tiny+env.host.admissible=True,textworld_cooking:tiny"
+
+
+def _config(spec: str):
+  """`name:arg` with optional `+field=value` overrides (as `--config.field=value`)."""
+  from agent_rl.eval.reproduce.runs import apply_override, parse_override
+  head, *sets = spec.split("+")
+  name, arg = head.split(":")
+  mod_spec = importlib.util.spec_from_file_location(
+      "cfg", os.path.join(ROOT, "configs", name + ".py"))
+  mod = importlib.util.module_from_spec(mod_spec)
+  mod_spec.loader.exec_module(mod)
+  c = mod.get_config(arg)
+  for s in sets:
+    apply_override(c, *parse_override(s))
+  c.log.sinks, c.log.episodes = "jsonl", 0
+  return c
+
+
+def _timed(fn):
+  t, cpu = time.perf_counter(), time.process_time()
+  out = jax.block_until_ready(fn())
+  return out, time.perf_counter() - t, time.process_time() - cpu
+
+
+def _paired(whole, cut, rounds):
+  """Median wall / CPU seconds of each path over `rounds` paired calls (first call compiles
+  and is dropped), and the last outputs."""
+  times = {"whole": [], "cut": []}
+  outs = {}
+  for i in range(rounds + 1):
+    for name, fn in (("whole", whole), ("cut", cut)):
+      outs[name], wall, cpu = _timed(fn)
+      if i:
+        times[name].append((wall, cpu))
+  med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+         for k, v in times.items()}
+  return med, outs
+
+
+def bench(spec: str, bucket: int, rounds: int) -> dict:
+  from agent_rl.parallel.placement import make_placement
+  from agent_rl.train import buckets, phases, sft
+  from agent_rl.train.run import build_run
+  from agent_rl.train.state import copy_tree, init_params
+
+  c = _config(spec)
+  place = make_placement(c.mesh)
+  with place.context(), tempfile.TemporaryDirectory() as wd:
+    r = build_run(c, wd, place)
+    prog = phases.initial_progress(r, init_params(r.spec))
+    prog = phases.start_rl(r, prog.state.params, prog.meta)
+    rows, _, _, _, key = phases.rl_batch(r, prog, 0)
+    cut, full = buckets.cut(rows, bucket)
+    filled = np.asarray(jax.vmap(lambda a, m: buckets.filled_length(a[None], m[None]))(
+        rows.attention_mask, rows.loss_mask))
+    st = prog.state
+    rl, rl_out = _paired(
+        lambda: r.rl_update(copy_tree(st), place.batch(rows), key, full)[1],
+        lambda: r.rl_update(copy_tree(st), place.batch(cut), key, full)[1], rounds)
+    loss = {k: float(rl_out[k]["loss/total"]) for k in rl_out}
+    out = {
+        "config": spec, "rows": int(rows.tokens.shape[0]), "full_length": full,
+        "cut_length": int(cut.tokens.shape[1]),
+        "filled_length": {"median": float(np.median(filled)), "p90": float(np.percentile(filled, 90)),
+                          "max": int(filled.max())},
+        "rl_update": {"whole_s": rl["whole"][0], "cut_s": rl["cut"][0],
+                      "whole_cpu_s": rl["whole"][1], "cut_cpu_s": rl["cut"][1],
+                      "speedup_wall": rl["whole"][0] / rl["cut"][0],
+                      "speedup_cpu": rl["whole"][1] / rl["cut"][1],
+                      "loss_whole": loss["whole"], "loss_cut": loss["cut"]},
+    }
+    if c.sft.steps:
+      demos = sft.demo_rows(c, r.setup, r.ecfg, wd, r.policy, st.params["lm"], r.spec.lm_graphdef)
+      mb = sft.sft_batches(demos, c.sft.batch_size, 0, c.seed)
+      mb_cut, _ = buckets.cut(mb, bucket)
+      s, s_out = _paired(lambda: r.sft_step(copy_tree(st), place.batch(mb))[1],
+                         lambda: r.sft_step(copy_tree(st), place.batch(mb_cut))[1], rounds)
+      dfill = np.asarray(jax.vmap(lambda a, m: buckets.filled_length(a[None], m[None]))(
+          demos.attention_mask, demos.loss_mask))
+      out["sft_step"] = {
+          "batch": int(mb.tokens.shape[0]), "cut_length": int(mb_cut.tokens.shape[1]),
+          "demo_filled_length": {"median": float(np.median(dfill)), "max": int(dfill.max())},
+          "whole_s": s["whole"][0], "cut_s": s["cut"][0],
+          "whole_cpu_s": s["whole"][1], "cut_cpu_s": s["cut"][1],
+          "speedup_wall": s["whole"][0] / s["cut"][0], "speedup_cpu": s["whole"][1] / s["cut"][1],
+          "loss_whole": float(s_out["whole"]["sft/loss"]), "loss_cut": float(s_out["cut"]["sft/loss"])}
+    r.ckpt.close()
+    close = getattr(r.setup.env, "close", None)
+    if close is not None:
+      close()
+  return out
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--configs", default=DEFAULT)
+  ap.add_argument("--bucket", type=int, default=256)
+  ap.add_argument("--rounds", type=int, default=3)
+  ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "length_buckets.json"))
+  args = ap.parse_args()
+  load_start = os.getloadavg()
+  results = [bench(s, args.bucket, args.rounds) for s in args.configs.split(",")]
+  for res in results:  # the cut must not change what is computed
+    for part in ("rl_update", "sft_step"):
+      if part in res:
+        a, b = res[part]["loss_whole"], res[part]["loss_cut"]
+        assert abs(a - b) <= 1e-4 * max(1.0, abs(a)), (res["config"], part, a, b)
+  write_json(args.out, {
+      "bucket": args.bucket, "rounds": args.rounds, "results": results,
+      "platform": platform.platform(), "devices": str(jax.devices()),
+      "load_average_start": load_start, "load_average_end": os.getloadavg(),
+      "note": ("medians of paired rounds (whole, cut, ...) from copies of one state, the first "
+               "call of each path (its compile) dropped; speedups are whole / cut; the host env "
+               "configs' rollout is the initial policy's (no SFT), so its episodes run to the "
+               "turn limit: the rows' filled length is the game text's, not an early end's")})
+
+
+if __name__ == "__main__":
+  main()
