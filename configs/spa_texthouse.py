@@ -26,8 +26,9 @@ Expected direction: SPA > no-WM (SPA's Sokoban/FrozenLake claim). On Sokoban at 
 world-model SFT did not beat answer-only SFT (configs/spa_sokoban.py), so do not expect it here
 without measuring. Row in progress (benchmarks/results/reproduce/spa_texthouse.md): no-WM seed 0
 held-out success 0.031 after SFT -> 0.000 after PPO (avg@4 0.016 -> 0.004, reward 0.217 after
-SFT); SPA seed 0 at 0.000 after SFT (reward -0.286), rollout success 0.00-0.03 over 19 PPO
-iterations, OOM-killed in its final evaluation (checkpoint at iteration 10 kept: it resumes).
+SFT); SPA seed 0 0.000 after SFT (reward -0.286) -> 0.000 after PPO (reward -0.623; rollout
+success 0.00-0.03 over the 20 iterations; OOM-killed once in its final evaluation, resumed
+from its iteration-10 checkpoint on 2026-12-05). Seeds 1-2 of both arms: not yet run.
 Memory: a run's resident size peaks at 12-15 GB in its evaluations (64 tasks x 4 samples of
 windowed world-model turns; 3-8 GB otherwise), so two runs evaluating at once exceed 24 GB: on
 such a machine run this row with --jobs=1 and nothing else beside it. A run is ~55-60 min beside
