@@ -75,6 +75,13 @@ def _paired(whole, cut, rounds):
   return med, outs
 
 
+def _filled(rows) -> np.ndarray:
+  """Each row's filled length `[R]` (`buckets.filled_length` of the row alone)."""
+  from agent_rl.train import buckets
+  return np.asarray(jax.vmap(lambda a, m: buckets.filled_length(a[None], m[None]))(
+      rows.attention_mask, rows.loss_mask))
+
+
 def bench(spec: str, bucket: int, rounds: int) -> dict:
   from agent_rl.parallel.placement import make_placement
   from agent_rl.train import buckets, phases, sft
@@ -89,8 +96,7 @@ def bench(spec: str, bucket: int, rounds: int) -> dict:
     prog = phases.start_rl(r, prog.state.params, prog.meta)
     rows, _, _, _, key = phases.rl_batch(r, prog, 0)
     cut, full = buckets.cut(rows, bucket)
-    filled = np.asarray(jax.vmap(lambda a, m: buckets.filled_length(a[None], m[None]))(
-        rows.attention_mask, rows.loss_mask))
+    filled = _filled(rows)
     st = prog.state
     rl, rl_out = _paired(
         lambda: r.rl_update(copy_tree(st), place.batch(rows), key, full)[1],
@@ -99,8 +105,8 @@ def bench(spec: str, bucket: int, rounds: int) -> dict:
     out = {
         "config": spec, "rows": int(rows.tokens.shape[0]), "full_length": full,
         "cut_length": int(cut.tokens.shape[1]),
-        "filled_length": {"median": float(np.median(filled)), "p90": float(np.percentile(filled, 90)),
-                          "max": int(filled.max())},
+        "filled_length": {"median": float(np.median(filled)),
+                          "p90": float(np.percentile(filled, 90)), "max": int(filled.max())},
         "rl_update": {"whole_s": rl["whole"][0], "cut_s": rl["cut"][0],
                       "whole_cpu_s": rl["whole"][1], "cut_cpu_s": rl["cut"][1],
                       "speedup_wall": rl["whole"][0] / rl["cut"][0],
@@ -113,15 +119,16 @@ def bench(spec: str, bucket: int, rounds: int) -> dict:
       mb_cut, _ = buckets.cut(mb, bucket)
       s, s_out = _paired(lambda: r.sft_step(copy_tree(st), place.batch(mb))[1],
                          lambda: r.sft_step(copy_tree(st), place.batch(mb_cut))[1], rounds)
-      dfill = np.asarray(jax.vmap(lambda a, m: buckets.filled_length(a[None], m[None]))(
-          demos.attention_mask, demos.loss_mask))
+      dfill = _filled(demos)
       out["sft_step"] = {
           "batch": int(mb.tokens.shape[0]), "cut_length": int(mb_cut.tokens.shape[1]),
           "demo_filled_length": {"median": float(np.median(dfill)), "max": int(dfill.max())},
           "whole_s": s["whole"][0], "cut_s": s["cut"][0],
           "whole_cpu_s": s["whole"][1], "cut_cpu_s": s["cut"][1],
-          "speedup_wall": s["whole"][0] / s["cut"][0], "speedup_cpu": s["whole"][1] / s["cut"][1],
-          "loss_whole": float(s_out["whole"]["sft/loss"]), "loss_cut": float(s_out["cut"]["sft/loss"])}
+          "speedup_wall": s["whole"][0] / s["cut"][0],
+          "speedup_cpu": s["whole"][1] / s["cut"][1],
+          "loss_whole": float(s_out["whole"]["sft/loss"]),
+          "loss_cut": float(s_out["cut"]["sft/loss"])}
     r.ckpt.close()
     close = getattr(r.setup.env, "close", None)
     if close is not None:
@@ -134,7 +141,8 @@ def main():
   ap.add_argument("--configs", default=DEFAULT)
   ap.add_argument("--bucket", type=int, default=256)
   ap.add_argument("--rounds", type=int, default=3)
-  ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "length_buckets.json"))
+  ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results",
+                                                "length_buckets.json"))
   args = ap.parse_args()
   load_start = os.getloadavg()
   results = [bench(s, args.bucket, args.rounds) for s in args.configs.split(",")]

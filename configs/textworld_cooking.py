@@ -4,8 +4,9 @@ TextWorld Problems competition, re-implemented in Scala by TextWorld-Express).
 
 The game runs in worker processes (`config.env.host.workers`, each keeping its JVM), at
 `full` the admissible commands are listed after every observation (as verl-agent's ALFWorld
-prompt does; `tiny` shows the game text only, below), an action is `<answer>command</answer>`, the reward is the change of the game's score
-(a running total in [0, 1]), success is `won`. Training panels are TWX's train fold seeds,
+prompt does; `tiny` shows the game text only, below), an action is
+`<answer>command</answer>`, the reward is the change of the game's score (a running total in
+[0, 1]), success is `won`. Training panels are TWX's train fold seeds,
 evaluation its dev fold.
 
   bash launch/install.sh host        # textworld-express (and Java 17 for its JVM)
@@ -34,10 +35,11 @@ reward 0.06 after SFT, 0.12 after RL, rollouts 0.24 -> 0.37) because the list is
 observation (233 tokens at the median, p90 311, cut at `obs_tokens` = 192), so rows are
 1,700-2,300 filled tokens and the cut gains 1.3-1.7x, where without it observations are 11
 tokens at the median (look-around and cookbook turns up to 162), rows ~650 and the cut gains
-7.2x (`benchmarks/length_buckets.py`). Both settings reach the same regime: the policy follows
-the plan's shape (look around, cookbook, knife, fridge, prepare meal) but picks the recipe's
-verb and appliance wrongly (a "grill" step cooked in the stove, a "chop" step skipped) or
-repeats "prepare meal" before the ingredient is ready. The config is the recipe for the real
+7.2x (`benchmarks/length_buckets.py`). Both settings reach the same regime (the rendered
+held-out episodes of both runs): the policy follows the plan's shape (look around, cookbook,
+knife, fridge, prepare meal) but picks the recipe's verb and appliance wrongly (a "grill" step
+cooked in the stove, a pork chop "cooked in toaster", a "chop" step skipped) or repeats
+"prepare meal" before the ingredient is ready. The config is the recipe for the real
 package at scale; at tiny scale it shows the path works end to end and learns on its own
 games, not that it generalizes.
 """

@@ -140,9 +140,10 @@ def base_config() -> mlc.ConfigDict:
       # critic then have separate optimizer states, the actor's starting at its first update
       # (train/optim.py critic_only).
       critic_warmup=0,
-      # > 0: each RL update and SFT step runs on its rows cut after the longest filled row,
-      # rounded up to a multiple of this many tokens (train/buckets.py: the same loss, one
-      # compile per length); 0: rows at the layout's worst-case length. Off by default, as
+      # > 0: each RL update, SFT step and rollout-time scoring pass (critic, KL reference,
+      # teacher) runs on its rows cut after the longest filled row, rounded up to a multiple
+      # of this many tokens (train/buckets.py: the same loss, one compile per length); 0:
+      # rows at the layout's worst-case length. Off by default, as
       # verl's use_remove_padding: it pays where rows are mostly padding (short observations
       # under a large obs_tokens, episodes that end early), and each length compiles once.
       length_bucket=0,
