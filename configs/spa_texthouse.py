@@ -28,7 +28,8 @@ without measuring. Row in progress (benchmarks/results/reproduce/spa_texthouse.m
 held-out success 0.031 after SFT -> 0.000 after PPO (avg@4 0.016 -> 0.004, reward 0.217 after
 SFT); SPA seed 0 0.000 after SFT (reward -0.286) -> 0.000 after PPO (reward -0.623; rollout
 success 0.00-0.03 over the 20 iterations; OOM-killed once in its final evaluation, resumed
-from its iteration-10 checkpoint on 2026-12-05). Seeds 1-2 of both arms: not yet run.
+from its iteration-10 checkpoint on 2026-12-05); SPA seed 1 0.000 after SFT (avg@4 0.004,
+reward -0.30) -> 0.000 after PPO (reward -0.77). Not yet run: SPA seed 2, no-WM seeds 1-2.
 Memory: a run's resident size peaks at 12-15 GB in its evaluations (64 tasks x 4 samples of
 windowed world-model turns; 3-8 GB otherwise), so two runs evaluating at once exceed 24 GB: on
 such a machine run this row with --jobs=1 and nothing else beside it. A run is ~55-60 min beside
