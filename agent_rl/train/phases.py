@@ -108,6 +108,11 @@ class Run:
   def iterations(self) -> int:
     return int(self.c.train.iterations)
 
+  @property
+  def length_bucket(self) -> int:
+    """Rows cut to multiples of this many tokens (train/buckets.py); 0: whole rows."""
+    return int(self.c.train.get("length_bucket", 0))
+
 
 # -- shared steps -----------------------------------------------------------------------------
 
@@ -223,10 +228,10 @@ def sft_phase(run: Run, prog: Progress) -> Progress:
     print(f"before SFT: {ev}", flush=True)
   bar = progress(run.sft_steps, prog.meta.sft_step, "sft")
   state, meta = prog.state, prog.meta
-  bucket = int(c.train.get("length_bucket", 0))
   while meta.sft_step < run.sft_steps:
     # Cut after the longest demo of the batch (train/buckets.py); the NLL is a token mean.
-    mb, _ = buckets.cut(sft.sft_batches(rows, c.sft.batch_size, meta.sft_step, c.seed), bucket)
+    mb, _ = buckets.cut(sft.sft_batches(rows, c.sft.batch_size, meta.sft_step, c.seed),
+                        run.length_bucket)
     mb = place.batch(mb)
     run.ckpt.wait()  # the step donates the state an async save may still be reading
     state, m = run.sft_step(state, mb)
@@ -271,7 +276,7 @@ def rl_batch(run: Run, prog: Progress, it: int):
     rmetrics = {**rmetrics, **bm}
   # The scoring passes run on rows cut after the longest filled one (train/buckets.py).
   cut = (dict(chunks=run.forward_chunks, length=buckets.batch_length(
-      batch, int(c.train.get("length_bucket", 0))))
+      batch, run.length_bucket))
          if c.model.critic != "none" or prog.reference is not None or run.teacher is not None
          else {})
   if c.model.critic != "none":
@@ -327,7 +332,7 @@ def rl_phase(run: Run, prog: Progress) -> dict:
     # Critic warm-up (verl's trainer.critic_warmup): the value term alone, the policy fixed.
     update = run.critic_update if prog.meta.iteration < warm else run.rl_update
     # Rows cut after the longest filled row (train/buckets.py); `full` stays the loss's C.
-    rows, full = buckets.cut(rows, int(c.train.get("length_bucket", 0)))
+    rows, full = buckets.cut(rows, run.length_bucket)
     state, umetrics = update(prog.state, run.spec.place.batch(rows), k_upd, full)
     if warm:
       umetrics = {**umetrics, "train/critic_only": float(prog.meta.iteration < warm)}
