@@ -12,7 +12,12 @@ per game family: the KeyRoom toy (pure Python, ~us a step: the overhead floor), 
 row reports env-step and policy seconds per turn (HostRollout.timings; for overlap, `env` is
 the time spent *waiting* for the pool) so the scaling to a host's dozens of cores can be read,
 and `tokenize_s_per_turn`: the main process's share of a turn decoding actions and encoding
-observations (TextHostEnv.stats["tokenize_s"]), the part a pool does not parallelize.
+observations (TextHostEnv.stats["tokenize_s"]), the part a pool does not parallelize;
+`busy_cores`: CPU seconds of this process tree (threads, workers, JVMs; timing.tree_cpu_seconds)
+per wall second (XLA's threads spin-wait, so it is occupancy, not work); `reset_s` (the envs'
+reset, a rollout); `host_share` (the sequential rollout's share in resets
+and env steps) and `env_bound_speedup` = 1 / (1 - host_share): the most a pool and overlap can
+gain if they hid every reset and step (Amdahl).
 Also per game: steps/s of the adapter (`raw_adapter_steps_per_s`, one game in this process)
 and of the package alone on the same game and command (`raw_package_steps_per_s`), and
 `adapter_overhead` = package / adapter - 1 (issue 20's target: <= 10%).
@@ -36,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from results_io import write_json  # noqa: E402
+from timing import tree_cpu_seconds  # noqa: E402
 
 from agent_rl.envs.host.game import ADAPTERS  # noqa: E402
 from agent_rl.envs.host.build import load_adapters  # noqa: E402
@@ -87,23 +93,24 @@ def measure(runner, env, params, tasks, key, repeats: int, warmup: int = 3) -> d
   _use(runner, env)
   for w in range(warmup):
     runner(params, tasks, jax.random.fold_in(key, 1000 + w))
-  best, tm = float("inf"), None
+  best, tm, walls, cpus = float("inf"), None, 0.0, 0.0
   for r in range(repeats):
     tok0 = env.stats["tokenize_s"]
-    t = time.perf_counter()
+    c, t = tree_cpu_seconds(), time.perf_counter()
     batch, _ = runner(params, tasks, jax.random.fold_in(key, r))
     jax.block_until_ready(batch.tokens)
     dt = time.perf_counter() - t
+    walls, cpus = walls + dt, cpus + tree_cpu_seconds() - c
     if dt < best:
       best, tm = dt, dict(runner.timings)
       tm["tokenize"] = env.stats["tokenize_s"] - tok0
       turns = int(np.asarray(batch.valid).any(axis=0).sum())
   n = N_TASKS * GROUP
-  return dict(seconds=best, episodes_per_s=n / best, turns=turns,
+  return dict(seconds=best, episodes_per_s=n / best, turns=turns, reset_s=tm["reset"],
               env_s_per_turn=tm["env"] / max(turns, 1),
               policy_s_per_turn=(tm["act"] + tm["observe"]) / max(turns, 1),
               tokenize_s_per_turn=tm["tokenize"] / max(turns, 1),
-              restarts=env.pool.restarts)
+              busy_cores=cpus / walls, restarts=env.pool.restarts)
 
 
 def bench_game(name, kwargs, policy, params, cfg, runners, repeats, workers_list) -> dict:
@@ -125,6 +132,13 @@ def bench_game(name, kwargs, policy, params, cfg, runners, repeats, workers_list
   seq = out["sequential"]["episodes_per_s"]
   for label in list(out):
     out[label]["speedup_vs_sequential"] = out[label]["episodes_per_s"] / seq
+  # Amdahl: pool and overlap can at best hide the sequential loop's host work (resets and
+  # steps), not the policy or the rest; with host time H of a rollout's T, no schedule of the
+  # same steps beats T / (T - H) (the policy's own step time moves with the load, +-10% here).
+  s = out["sequential"]
+  host = s["reset_s"] + s["env_s_per_turn"] * s["turns"]
+  out["host_share"] = host / s["seconds"]
+  out["env_bound_speedup"] = s["seconds"] / (s["seconds"] - host)
   return out
 
 

@@ -15,3 +15,31 @@ def best_seconds(fn, *args, repeats: int) -> float:
     jax.block_until_ready(fn(*args))
     best = min(best, time.perf_counter() - t)
   return best
+
+
+def tree_cpu_seconds(pid: int | None = None) -> float:
+  """User + system CPU seconds of process `pid` (default: this one), all its threads and all
+  its live descendants (pool workers, their JVMs), plus the children they reaped, from
+  /proc (Linux). Deltas of it measure the work a step costs on every core, not its wall time:
+  what bounds any parallel schedule of the same work (work / cores)."""
+  import os
+  root = os.getpid() if pid is None else pid
+  parent, ticks = {}, {}
+  for entry in os.listdir("/proc"):
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f"/proc/{entry}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:  # exited while listed
+      continue
+    parent[int(entry)] = int(fields[1])
+    ticks[int(entry)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+  total = 0
+  for p in ticks:
+    q = p
+    while q not in (root, 0, 1) and q in parent:
+      q = parent[q]
+    if q == root:
+      total += ticks[p]
+  return total / os.sysconf("SC_CLK_TCK")

@@ -101,9 +101,9 @@ class JaxHostEnv:
 class HostRollout:
   """`HostRollout(policy, env, cfg, pieces)(params, tasks, key) -> (EpisodeBatch, metrics)`.
 
-  `timings` (after a call) splits wall time into policy generation (`act`: decode, plus
-  the per-turn prefill in window mode), observation prefill (`observe`), env stepping
-  (`env`, host) and the rest.
+  `timings` (after a call) splits wall time into the envs' reset (`reset`, host), policy
+  generation (`act`: decode, plus the per-turn prefill in window mode), observation prefill
+  (`observe`), env stepping (`env`, host) and the rest.
   """
 
   def __init__(self, policy: Policy, env: HostEnv, cfg: EpisodeConfig, pieces: PromptPieces):
@@ -147,7 +147,9 @@ class HostRollout:
     g = self.cfg.group_size
     n_tasks = _num_tasks(tasks)
     reset_keys, ep_keys, group_id = episode_keys(key, n_tasks, g)
+    t0 = time.perf_counter()
     obs_tok, obs_len, hash0 = self.env.reset(tasks, np.asarray(reset_keys), g)
+    t_reset = time.perf_counter() - t0
     n = obs_tok.shape[0]
     if n != n_tasks * g:
       raise ValueError(f"host env reset returned {n} episodes, expected n_tasks*G = {n_tasks * g}")
@@ -158,7 +160,7 @@ class HostRollout:
     obs = Text(jnp.asarray(obs_tok, jnp.int32), jnp.asarray(obs_len, jnp.int32))
     h0 = None if hash0 is None else jnp.asarray(hash0, jnp.uint32)
     a0 = first_agents(self.env)
-    tm = dict(act=0.0, env=0.0, observe=0.0, other=0.0)
+    tm = dict(reset=t_reset, act=0.0, env=0.0, observe=0.0, other=0.0)
     t0 = time.perf_counter()
     carry = jax.block_until_ready(start(params, dummy, obs, ep_keys, h0, a0))
     tm["observe"] += time.perf_counter() - t0

@@ -52,7 +52,7 @@ class _Half:
 
 class OverlapRollout:
   """`OverlapRollout(policy, env, cfg, pieces)(params, tasks, key) -> (EpisodeBatch, metrics)`;
-  `timings` as HostRollout's: `env` is the time spent *waiting* for the pool."""
+  `timings` as HostRollout's: `env` is the time spent *waiting* for the pool's steps."""
 
   def __init__(self, policy: Policy, env: Any, cfg: EpisodeConfig, pieces: PromptPieces):
     for f in ("step_async", "step_wait"):
@@ -71,11 +71,11 @@ class OverlapRollout:
       out = self.base(params, tasks, key)
       self.timings = self.base.timings
       return out
-    tm = dict(act=0.0, env=0.0, observe=0.0, other=0.0)
+    tm = dict(reset=0.0, act=0.0, env=0.0, observe=0.0, other=0.0)
     reset_keys, ep_keys, group_id = episode_keys(key, n_tasks, g)
     t0 = time.perf_counter()
     obs_tok, obs_len, hash0 = self.env.reset(tasks, np.asarray(reset_keys), g)
-    tm["env"] += time.perf_counter() - t0
+    tm["reset"] += time.perf_counter() - t0
     n, o = n_tasks * g, obs_tok.shape[1]
     alen = action_length(self.env, self.cfg)
     cut = (n_tasks // 2) * g

@@ -32,7 +32,7 @@ def _compare(history, slow_ok=True):
     assert np.array_equal(np.asarray(got.extras[name]), np.asarray(ref.extras[name])), name
   for k in mref:
     np.testing.assert_allclose(float(mgot[k]), float(mref[k]), atol=1e-5, err_msg=k)
-  assert set(runner.timings) == {"act", "env", "observe", "other"}
+  assert set(runner.timings) == {"reset", "act", "env", "observe", "other"}
   assert np.asarray(ref.loss_mask).sum() > 10
 
 

@@ -32,7 +32,7 @@ def test_overlap_gives_the_plain_loops_batch(n_tasks, history):
   for k in mref:
     if k != "rollout/decode_steps":  # summed over both halves' decode loops
       np.testing.assert_allclose(float(mgot[k]), float(mref[k]), rtol=1e-6, err_msg=k)
-  assert set(runner.timings) == {"act", "env", "observe", "other"}
+  assert set(runner.timings) == {"reset", "act", "env", "observe", "other"}
   shapes, _ = runner.eval_shape(params, tasks, key)
   assert jax.tree.map(lambda s: s.shape, shapes) == jax.tree.map(np.shape, got)
 
