@@ -24,16 +24,20 @@ world-model turn (two states and the action) gets max_action_tokens = 128 at tin
 
 Expected direction: SPA > no-WM (SPA's Sokoban/FrozenLake claim). On Sokoban at tiny scale
 world-model SFT did not beat answer-only SFT (configs/spa_sokoban.py), so do not expect it here
-without measuring. Row in progress (benchmarks/results/reproduce/spa_texthouse.md): no-WM seed 0
-held-out success 0.031 after SFT -> 0.000 after PPO (avg@4 0.016 -> 0.004, reward 0.217 after
-SFT); SPA seed 0 0.000 after SFT (reward -0.286) -> 0.000 after PPO (reward -0.623; rollout
-success 0.00-0.03 over the 20 iterations; OOM-killed once in its final evaluation, resumed
-from its iteration-10 checkpoint on 2026-12-05); SPA seed 1 0.000 after SFT (avg@4 0.004,
-reward -0.30) -> 0.000 after PPO (reward -0.77). Not yet run: SPA seed 2, no-WM seeds 1-2.
+without measuring. Measured (benchmarks/results/reproduce/spa_texthouse.md, 3 seeds,
+2026-12-05): held-out success 0.000 in both arms after PPO, avg@4 SPA - no-WM -0.004 [-0.014,
++0.006] (n.s.): a tie at the floor, not SPA's direction. After SFT: SPA 0.000 success in every
+seed (reward -0.29 / -0.30 / -0.20), no-WM 0.031 / 0.047 / 0.000 (reward 0.22 / 0.43 / -0.08);
+after PPO, reward SPA -0.62 / -0.77 / -0.66, no-WM -0.17 / -0.07 / -0.08: PPO lowers the SFT
+policy's reward in 5 of 6 runs (the shared-trunk critic starts from scratch; critic warm-up,
+`--config.train.critic_warmup=N`, is not on in this row and is the next thing to try; the sixth run is unchanged). A likely
+reason SPA's SFT is the weaker start, not measured: its turns (two states and the action,
+~25-90 tokens) spend the 2-layer tiny policy's 300 SFT steps mostly on state text.
 Memory: a run's resident size peaks at 12-15 GB in its evaluations (64 tasks x 4 samples of
 windowed world-model turns; 3-8 GB otherwise), so two runs evaluating at once exceed 24 GB: on
-such a machine run this row with --jobs=1 and nothing else beside it. A run is ~55-60 min beside
-another (SPA's PPO iteration ~100 s alone, ~175 s beside another; 300 SFT steps ~15 min).
+such a machine run this row with --jobs=1 and nothing else beside it. A run is 28-40 min alone
+(SPA's PPO iteration ~90-100 s, no-WM's ~55-60 s; 300 SFT steps 8-13 min), ~55-60 min beside
+another.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
