@@ -1,6 +1,7 @@
 """The one best-of-N timer of the benchmarks (robust to other load on a shared box)."""
 from __future__ import annotations
 
+import os
 import time
 
 import jax
@@ -20,9 +21,8 @@ def best_seconds(fn, *args, repeats: int) -> float:
 def tree_cpu_seconds(pid: int | None = None) -> float:
   """User + system CPU seconds of process `pid` (default: this one), all its threads and all
   its live descendants (pool workers, their JVMs), plus the children they reaped, from
-  /proc (Linux). Deltas of it measure the work a step costs on every core, not its wall time:
-  what bounds any parallel schedule of the same work (work / cores)."""
-  import os
+  /proc (Linux). A delta over a wall interval, divided by it, is how many cores the step kept
+  busy (XLA's threads spin-wait, so occupancy rather than work)."""
   root = os.getpid() if pid is None else pid
   parent, ticks = {}, {}
   for entry in os.listdir("/proc"):
