@@ -1,4 +1,5 @@
-"""The one best-of-N timer of the benchmarks (robust to other load on a shared box)."""
+"""The benchmarks' timers: best-of-N wall seconds (robust to other load on a shared box) and a
+process tree's CPU seconds."""
 from __future__ import annotations
 
 import os
