@@ -30,7 +30,12 @@ without measuring. Measured (benchmarks/results/reproduce/spa_texthouse.md, 3 se
 seed (reward -0.29 / -0.30 / -0.20), no-WM 0.031 / 0.047 / 0.000 (reward 0.22 / 0.43 / -0.08);
 after PPO, reward SPA -0.62 / -0.77 / -0.66, no-WM -0.17 / -0.07 / -0.08: PPO lowers the SFT
 policy's reward in 5 of 6 runs (the shared-trunk critic starts from scratch; critic warm-up,
-`--config.train.critic_warmup=N`, is not on in this row and is the next thing to try; the sixth run is unchanged). A likely
+`--config.train.critic_warmup=N`, is not on in this row; the sixth run is unchanged). One
+diagnostic run, not a row (2026-12-05, `:tiny,no_wm --config.seed=1
+--config.train.critic_warmup=5`, the same SFT bit for bit): held-out success 0.047 after SFT ->
+0.062 at iteration 10 -> 0.016 at 20 (reward 0.43 -> 0.59 -> 0.11), against 0.047 -> 0.031 ->
+0.000 (0.43 -> 0.27 -> -0.07) without warm-up: the drop is smaller and later, not gone (one
+seed). A likely
 reason SPA's SFT is the weaker start, not measured: its turns (two states and the action,
 ~25-90 tokens) spend the 2-layer tiny policy's 300 SFT steps mostly on state text.
 Memory: a run's resident size peaks at 12-15 GB in its evaluations (64 tasks x 4 samples of
