@@ -20,7 +20,6 @@ Writes benchmarks/results/length_buckets.json and prints it.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import platform
 import statistics
@@ -40,14 +39,11 @@ DEFAULT = "textworld_cooking:tiny+env.host.admissible=True,textworld_cooking:tin
 
 def _config(spec: str):
   """`name:arg` with optional `+field=value` overrides (as `--config.field=value`)."""
+  from agent_rl.eval.reproduce.comparison import config_path, import_config
   from agent_rl.eval.reproduce.runs import apply_override, parse_override
   head, *sets = spec.split("+")
   name, arg = head.split(":")
-  mod_spec = importlib.util.spec_from_file_location(
-      "cfg", os.path.join(ROOT, "configs", name + ".py"))
-  mod = importlib.util.module_from_spec(mod_spec)
-  mod_spec.loader.exec_module(mod)
-  c = mod.get_config(arg)
+  c = import_config(config_path(name)).get_config(arg)
   for s in sets:
     apply_override(c, *parse_override(s))
   c.log.sinks, c.log.episodes = "jsonl", 0

@@ -17,7 +17,6 @@ Writes benchmarks/results/reward_scoring.json and prints it.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import platform
 import tempfile
@@ -33,10 +32,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _config():
-  spec = importlib.util.spec_from_file_location("cfg", os.path.join(ROOT, "configs", "ragen_sokoban.py"))
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  c = mod.get_config("tiny")
+  from agent_rl.eval.reproduce.comparison import config_path, import_config
+  c = import_config(config_path("ragen_sokoban")).get_config("tiny")
   c.sft.steps = 0
   c.log.sinks, c.log.episodes = "jsonl", 0
   return c

@@ -139,6 +139,15 @@ def config_path(name: str, configs_dir: str = CONFIGS_DIR) -> str:
   return os.path.normpath(os.path.join(configs_dir, f"{name}.py"))
 
 
+def import_config(path: str):
+  """The module of a config file (configs/<name>.py: `get_config`, maybe `COMPARISON`)."""
+  spec = importlib.util.spec_from_file_location(
+      f"configs_{os.path.basename(path)[:-3]}", path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
+
+
 def load_config(name: str, configs_dir: str = CONFIGS_DIR) -> PaperConfig:
   """Imports configs/<name>.py; its COMPARISON or the reason it has none (ValueError when the
   file does not exist, naming the ones that do)."""
@@ -146,10 +155,8 @@ def load_config(name: str, configs_dir: str = CONFIGS_DIR) -> PaperConfig:
   if not os.path.exists(path):
     known = ", ".join(paper_names(configs_dir))
     raise ValueError(f"--paper: no config {path}; known: {known}")
-  spec = importlib.util.spec_from_file_location(f"configs_{name}", path)
-  mod = importlib.util.module_from_spec(spec)
   try:
-    spec.loader.exec_module(mod)
+    mod = import_config(path)
   except Exception as e:  # a broken config is a row that cannot run, not a crash of --list
     return PaperConfig(name, path, None, None, f"config does not import: {type(e).__name__}: {e}")
   comp = getattr(mod, "COMPARISON", None)
