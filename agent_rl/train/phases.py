@@ -275,20 +275,20 @@ def rl_batch(run: Run, prog: Progress, it: int):
     batch, bm = baseline.attach_baseline_return(batch, run.baseline_fn, params["lm"], tasks, k_roll)
     rmetrics = {**rmetrics, **bm}
   # The scoring passes run on rows cut after the longest filled one (train/buckets.py).
-  cut = (dict(chunks=run.forward_chunks, length=buckets.batch_length(
+  score_kw = (dict(chunks=run.forward_chunks, length=buckets.batch_length(
       batch, run.length_bucket))
          if c.model.critic != "none" or prog.reference is not None or run.teacher is not None
          else {})
   if c.model.critic != "none":
     batch = batch.replace(values=learner.critic_values(run.spec.graphdef, params, batch,
-                                                       mode=run.setup.agents.mode, **cut))
+                                                       mode=run.setup.agents.mode, **score_kw))
   if prog.reference is not None:  # each row under its agent's reference (per-agent weights)
     batch = batch.replace(ref_logprobs=learner.reference_logprobs(
-        run.spec.lm_graphdef, prog.reference, batch, mode=run.setup.agents.mode, **cut))
+        run.spec.lm_graphdef, prog.reference, batch, mode=run.setup.agents.mode, **score_kw))
   if run.teacher is not None:  # on-policy distillation: the teacher scores the student's tokens
     g, p, mode = run.teacher
     batch = batch.replace(teacher_logprobs=learner.reference_logprobs(g, p, batch, mode=mode,
-                                                                      **cut))
+                                                                      **score_kw))
   if run.reward_model is not None:  # its scores reach the rewards via the reward_model shaper
     batch = run.reward_model.attach(batch)
   batch, smetrics, shaper_state = shapers.apply_shapers(c, batch, prog.meta.shaper_state)
