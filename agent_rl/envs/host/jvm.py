@@ -11,8 +11,9 @@ the last game of the process that uses it closes.
 
 ScienceWorld does not share: two of its `PythonInterface`s in one JVM list a room's objects in
 another order than a JVM of their own does ("boil" variation 0: the art studio's three wood
-cups; one JVM per game is deterministic across resets and reloads), so its games would
-depend on their neighbours. It keeps one JVM per game (scienceworld.py).
+cups), so its games would depend on their neighbours. It keeps one JVM per game
+(scienceworld.py), started with `DETERMINISTIC_HASH` (below): its order also moved from one
+JVM start to the next.
 
     gw = acquire(JAR_PATH, cwd=BASEPATH)           # launches the JVM the first time
     server = gw.jvm.textworldexpress.runtime.PythonInterface()
@@ -25,11 +26,35 @@ another, as it would with one JVM per game.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
 
 _LOCK = threading.Lock()
+
+# HotSpot's default identity hash is a per-thread random stream, each seeded from a global
+# generator as the thread starts; the JIT starts and stops compiler threads with the load, so
+# a hash set of objects keyed by identity (ScienceWorld's rooms) iterates in another order
+# from one JVM start to the next. Mode 2 makes every identity hash 1: such sets iterate in
+# insertion order, whatever threads ran (measured in scienceworld.py).
+DETERMINISTIC_HASH = "-XX:+UnlockExperimentalVMOptions -XX:hashCode=2"
+
+
+@contextlib.contextmanager
+def java_options(options: str):
+  """JVMs launched inside the block start with `options` too (appended to the user's own
+  JAVA_TOOL_OPTIONS, which the JVM reads; the packages launch theirs without a way to pass
+  any, and py4j sends the JVM's "Picked up" notice to /dev/null)."""
+  before = os.environ.get("JAVA_TOOL_OPTIONS")
+  os.environ["JAVA_TOOL_OPTIONS"] = f"{before} {options}" if before else options
+  try:
+    yield
+  finally:
+    if before is None:
+      del os.environ["JAVA_TOOL_OPTIONS"]
+    else:
+      os.environ["JAVA_TOOL_OPTIONS"] = before
 
 
 @dataclasses.dataclass

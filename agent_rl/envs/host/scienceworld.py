@@ -13,12 +13,23 @@ lost: score < 0 (ScienceWorld's failure marker). Admissible actions are the pack
 and inventory text the package returns with every step (the agent's room with every object's
 visible state, and what it carries), no extra call. Variations are deterministic: `reset`'s
 seed does not change the task.
+
+Determinism: the JVM starts with `jvm.DETERMINISTIC_HASH` (identity hashes all 1). Under
+HotSpot's default, the same variation listed the art studio's three wood cups in another
+order from one JVM start to the next (1 of 4 tokenizer corpora of `configs/scienceworld.py:
+tiny` built under load; every time the JIT's compiler-thread count was changed), and the order
+decides which object an ambiguous command picks, so a run's metrics moved with the machine's
+load. With it, the corpus is the same byte for byte with dynamic or fixed compiler threads
+(tests/envs/host/test_adapters.py) and with the interpreter alone (`-Xint`, measured), and the
+run replays (benchmarks/reset_ahead.py's `same_metrics`). Cost on one game: ~10% fewer
+steps/s, resets ~0.13 s against ~0.09 s.
 """
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
 from agent_rl.envs.host.game import ADAPTERS, GameObs, GameStep
+from agent_rl.envs.host.jvm import DETERMINISTIC_HASH, java_options
 from agent_rl.envs.host.textworld_express import require_java, text_key
 
 SPLITS = ("train", "dev", "test")
@@ -52,7 +63,8 @@ class ScienceWorldGame:
       raise ValueError(f"scienceworld.num_variations must be None or an int >= 1, got "
                        f"{num_variations!r}")
     require_java("scienceworld")
-    self._env = sw.ScienceWorldEnv("", envStepLimit=_STEP_LIMIT)
+    with java_options(DETERMINISTIC_HASH):
+      self._env = sw.ScienceWorldEnv("", envStepLimit=_STEP_LIMIT)
     known = list(self._env.get_task_names())
     tasks = known if tasks is None else list(tasks)
     bad = [t for t in tasks if t not in known]
