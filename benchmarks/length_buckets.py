@@ -37,7 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT = "textworld_cooking:tiny+env.host.admissible=True,textworld_cooking:tiny"
 
 
-def _config(spec: str):
+def config_of(spec: str):
   """`name:arg` with optional `+field=value` overrides (as `--config.field=value`)."""
   from agent_rl.eval.reproduce.comparison import config_path, import_config
   from agent_rl.eval.reproduce.runs import apply_override, parse_override
@@ -84,7 +84,7 @@ def bench(spec: str, bucket: int, rounds: int) -> dict:
   from agent_rl.train.run import build_run
   from agent_rl.train.state import copy_tree, init_params
 
-  c = _config(spec)
+  c = config_of(spec)
   place = make_placement(c.mesh)
   with place.context(), tempfile.TemporaryDirectory() as wd:
     r = build_run(c, wd, place)

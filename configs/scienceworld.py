@@ -20,10 +20,15 @@ Qwen2.5-1.5B-sized policy, 40 steps), `ppo` (a shared-trunk critic with GAE inst
 8 whole episodes; every replay wins), then 10 GRPO iterations in minibatches of 6 episodes, the
 learner on rows cut after their longest filled token (`train.length_bucket`, train/buckets.py:
 updates at 2,048 tokens a row here). Measured (seed 0, 2026-12-05, alone on the quiet 2-core
-CPU): **6 min 16 s wall**, peak RSS 2.6 GB, ~16 s an RL iteration (~11 s the rollout with its
-~0.1 s ScienceWorld steps); held-out (6 dev variations, greedy) score-delta return -0.90 before
-SFT (invalid actions), 0.37 after it, 0.55 after RL, none won; training-panel rollouts' return
-0.23 over the first 5 iterations, 0.30 over the last 5. The run of 2026-12-04 without the cut
+CPU, the JVMs with deterministic identity hashes and the resets ahead: envs/host/jvm.py,
+pool.py): **6 min 41 s wall**, peak RSS 2.6 GB, ~16.3 s an RL iteration (~7.6 s the rollout,
+whose reset wait fell from 6.9 s in the first iteration to 0.02-0.08 s); held-out (6 dev
+variations, greedy) score-delta return -0.90 before SFT (invalid actions), 0.44 after it, 0.34
+after RL, none won; training-panel rollouts' return 0.22 over the first 5 iterations, 0.27 over
+the last 5. The same day's run before the hash fix (its JVMs listed some rooms' objects in
+another order, so another corpus, tokenizer and game text): 6 min 16 s, 0.37 after SFT, 0.55
+after RL, rollouts 0.23 -> 0.30; this row's RL effect on held-out return is not stable at this
+size (6 greedy variations). The run of 2026-12-04 without the cut
 (10 min 2 s with a mid-run evaluation this config no longer makes, ~28 s an iteration) read
 0.63 after SFT (1 of 6 won) and 0.60 after RL, rollouts 0.22 -> 0.36: the cut is the same loss
 up to float rounding, which 30 Adam steps and a greedy 6-variation evaluation amplify, and the

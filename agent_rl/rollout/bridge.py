@@ -103,7 +103,8 @@ class HostRollout:
 
   `timings` (after a call) splits wall time into the envs' reset (`reset`, host), policy
   generation (`act`: decode, plus the per-turn prefill in window mode), observation prefill
-  (`observe`), env stepping (`env`, host) and the rest.
+  (`observe`), env stepping (`env`, host) and the rest; `totals` sums them over all calls
+  (the run reads its difference across an iteration, whose strategy may roll out twice).
   """
 
   def __init__(self, policy: Policy, env: HostEnv, cfg: EpisodeConfig, pieces: PromptPieces):
@@ -117,6 +118,13 @@ class HostRollout:
     self.policy, self.env, self.cfg, self.pieces = policy, env, cfg, pieces
     self._jits: dict = {}
     self.timings: dict = {}
+    self.totals: dict = {}
+
+  def record_timings(self, tm: dict) -> None:
+    """Keeps `tm` as the last call's split and adds it to `totals`."""
+    self.timings = tm
+    for k, v in tm.items():
+      self.totals[k] = self.totals.get(k, 0.0) + v
 
   def steps(self, n: int, obs_len: int, info: Optional[dict]):
     """The loop and its jitted steps for these sizes and info keys (built once each)."""
@@ -192,7 +200,7 @@ class HostRollout:
     t0 = time.perf_counter()
     result = jax.block_until_ready(finish(carry, group_id, ep_keys))
     tm["other"] += time.perf_counter() - t0
-    self.timings = tm
+    self.record_timings(tm)
     return result
 
 

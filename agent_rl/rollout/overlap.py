@@ -52,7 +52,8 @@ class _Half:
 
 class OverlapRollout:
   """`OverlapRollout(policy, env, cfg, pieces)(params, tasks, key) -> (EpisodeBatch, metrics)`;
-  `timings` as HostRollout's: `env` is the time spent *waiting* for the pool's steps."""
+  `timings` and `totals` as HostRollout's: `env` is the time spent *waiting* for the pool's
+  steps."""
 
   def __init__(self, policy: Policy, env: Any, cfg: EpisodeConfig, pieces: PromptPieces):
     for f in ("step_async", "step_wait"):
@@ -61,6 +62,10 @@ class OverlapRollout:
     self.base = HostRollout(policy, env, cfg, pieces)
     self.env, self.cfg = env, cfg
     self.timings: dict = {}
+
+  @property
+  def totals(self) -> dict:
+    return self.base.totals
 
   def eval_shape(self, params, tasks, key):
     return self.base.eval_shape(params, tasks, key)
@@ -107,6 +112,7 @@ class OverlapRollout:
     t0 = time.perf_counter()
     result = self._finish(halves, n, o, alen, group_id, ep_keys)
     tm["other"] += time.perf_counter() - t0
+    self.base.record_timings(tm)
     self.timings = tm
     return result
 

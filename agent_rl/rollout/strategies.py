@@ -4,6 +4,8 @@ A strategy has two hooks, either may be the identity:
   configure(cfg: EpisodeConfig, **hp) -> EpisodeConfig   in-loop strategies (gate, TSR)
   run(rollout_fn, params, tasks, key, **hp) -> (EpisodeBatch, metrics)
       batch-level strategies around any `rollout_fn(params, tasks, key)` (compiled or host)
+and says the key of its first rollout call, `first_key(key)` (the run starts a host env's
+resets of the next iteration ahead, envs/host/pool.py, and needs to know them).
 
 Both hooks get the same `config.rollout.strategy_kwargs`; `Strategy` hands each hook only the
 keywords it declares and rejects one neither declares (no `**_` swallowing typos).
@@ -59,11 +61,18 @@ def _once(rollout_fn, params, tasks, key):
   return rollout_fn(params, tasks, key)
 
 
+def _key(key):
+  return key
+
+
 @dataclasses.dataclass(frozen=True)
 class Strategy:
-  """A strategy's two hooks; `configure`/`run` pass each hook the keywords it takes."""
+  """A strategy's two hooks; `configure`/`run` pass each hook the keywords it takes.
+  first_key: key -> the key `run_fn` passes its first `rollout_fn` call (with `tasks` as
+  given; a strategy that changes the tasks, skill_pairs, runs on JAX envs only)."""
   configure_fn: Callable[..., EpisodeConfig] = _same
   run_fn: Callable[..., Any] = _once
+  first_key: Callable[[Any], Any] = _key
 
   def keyword_params(self) -> list[str] | None:
     """The keywords of either hook (what `config.rollout.strategy_kwargs` may set); None if a
@@ -146,13 +155,18 @@ def concat_batches(batches: list[EpisodeBatch]) -> EpisodeBatch:
   return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0) if xs[0].ndim else xs[0], *batches)
 
 
+def _dapo_key(key, i: int = 0):
+  """The key of DAPO's i-th rollout of an iteration."""
+  return jax.random.fold_in(key, i)
+
+
 def dapo(rollout_fn, params, tasks, key, *, max_num_gen_batches: int = 10, metric: str = "return",
          on_exhausted: str = "pad"):
   if on_exhausted not in ("pad", "raise"):
     raise ValueError(f"dapo on_exhausted must be 'pad' or 'raise', got {on_exhausted!r}")
   kept, dropped, metrics0, g, target, i = [], [], None, 1, None, 0
   while max_num_gen_batches <= 0 or i < max_num_gen_batches:
-    batch, metrics = rollout_fn(params, tasks, jax.random.fold_in(key, i))
+    batch, metrics = rollout_fn(params, tasks, _dapo_key(key, i))
     i += 1
     if metrics0 is None:
       metrics0, g = metrics, _group_size(batch)
@@ -220,7 +234,7 @@ def _with_search(cfg: EpisodeConfig, *, mode: str = "best_of_n", num_candidates:
 
 STRATEGIES.register("plain", Strategy())
 STRATEGIES.register("starpo_s", Strategy(run_fn=starpo_s))
-STRATEGIES.register("dapo", Strategy(run_fn=dapo))
+STRATEGIES.register("dapo", Strategy(run_fn=dapo, first_key=_dapo_key))
 STRATEGIES.register("selective_gate", Strategy(configure_fn=_with_gate))
 STRATEGIES.register("tsr", Strategy(configure_fn=_with_search))
 STRATEGIES.register("branch", Strategy(configure_fn=_with_branch))

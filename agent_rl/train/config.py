@@ -60,6 +60,8 @@ def base_config() -> mlc.ConfigDict:
       split="train", eval_split="",  # task panels; "" = evaluate on the training panel
       extras="",  # comma list of GameStep.extras keys carried into the batch
       overlap=True,  # two half-batches in flight (rollout/overlap.py)
+      # the next iteration's resets start in the workers before the update (pool.py)
+      prefetch_resets=True,
       # Several agents on a game without roles of its own (envs/host/roles.py): comma lists.
       roles="", schedule="",  # role names; who acts turn t ("" = round robin)
       offset_by_task=False,  # each task's episodes start at a different point of the schedule

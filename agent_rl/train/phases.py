@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from agent_rl.agents import agent_metrics, attach_agent_return, check_checkpoint, role_terms
 from agent_rl.agents.frozen import freeze_rows
@@ -24,6 +25,7 @@ from agent_rl.eval.episodes import held_out_episodes
 from agent_rl.eval.evaluate import evaluate, extras_metrics
 from agent_rl.objective import shapers
 from agent_rl.parallel.distributed import main_process_first
+from agent_rl.rollout.compiled import episode_keys
 from agent_rl.train import buckets, hindsight, learner, sft
 from agent_rl.train.checkpoint import CheckpointLayoutError, RunCheckpoint
 from agent_rl.train.metrics import check_finite, progress, to_host
@@ -259,14 +261,41 @@ def sft_phase(run: Run, prog: Progress) -> Progress:
 
 # -- RL ---------------------------------------------------------------------------------------
 
+def iteration_inputs(run: Run, it: int):
+  """Iteration `it`'s tasks `[num_tasks]` (on the host), rollout key and update key: pure
+  functions of the run seed and `it` (exact resume; the resets ahead below)."""
+  c = run.c
+  key = jax.random.fold_in(jax.random.key(c.seed), 1000 + it)
+  k_tasks, k_roll, k_upd = jax.random.split(key, 3)
+  tasks = batched_sampler(run.setup.env)(jax.random.split(k_tasks, c.rollout.num_tasks))
+  return tasks, k_roll, k_upd
+
+
+def reset_ahead(run: Run, it: int) -> None:
+  """Starts iteration `it`'s game resets in a host env's workers (GamePool.prefetch), so they
+  run beside what the main process does until that rollout (the update, an evaluation);
+  the rollout's reset collects them, the same observations as a reset then (a reset is a
+  function of task and seed). `config.env.host.prefetch_resets`; no-op for JAX envs."""
+  env, c = run.setup.env, run.c
+  if it >= run.iterations or not c.env.host.prefetch_resets or not callable(
+      getattr(env, "prefetch_reset", None)):
+    return
+  tasks, k_roll, _ = iteration_inputs(run, it)
+  reset_keys = episode_keys(run.strategy.first_key(k_roll), c.rollout.num_tasks,
+                            c.rollout.group_size)[0]
+  env.prefetch_reset(np.asarray(tasks), np.asarray(reset_keys), c.rollout.group_size)
+
+
 def rl_batch(run: Run, prog: Progress, it: int):
   """Rollout, scoring (critic, reference, teacher), reward shaping and credit of iteration
   `it`; returns (training rows, rollout metrics, the shaped batch, new shaper state)."""
   c, place, params = run.c, run.spec.place, prog.state.params
-  k_tasks, k_roll, k_upd = jax.random.split(jax.random.fold_in(jax.random.key(c.seed), 1000 + it), 3)
-  tasks = place.batch(batched_sampler(run.setup.env)(jax.random.split(k_tasks, c.rollout.num_tasks)))
+  tasks, k_roll, k_upd = iteration_inputs(run, it)
+  tasks = place.batch(tasks)
+  host_t0 = dict(getattr(run.roll_fn, "totals", {}))
   batch, rmetrics = run.strategy.run(run.roll_fn, params["lm"], tasks, k_roll, **run.strategy_kwargs)
-  rmetrics = {**rmetrics, **tool_metrics(batch),  # tool calls, answer rate, EM/F1 (tool envs)
+  rmetrics = {**rmetrics, **host_time_metrics(run.roll_fn, host_t0),  # host games' split
+              **tool_metrics(batch),  # tool calls, answer rate, EM/F1 (tool envs)
               **extras_metrics(batch, run.setup.env, "rollout")}  # e.g. route/calls/<worker>
   if run.setup.agents.num > 1:  # per-role rewards -> agent_return; per-agent metrics
     batch = attach_agent_return(batch, run.setup.env)
@@ -299,6 +328,18 @@ def rl_batch(run: Run, prog: Progress, it: int):
   return rows, {**rmetrics, **smetrics}, batch, shaper_state, k_upd
 
 
+def host_time_metrics(roll_fn, before: dict) -> dict:
+  """A host rollout's (rollout/bridge.py, overlap.py) seconds this iteration: the games'
+  resets, the waits for their steps and the policy's turns (decode and observation prefill),
+  from the runner's `totals` now against `before`; {} for a compiled rollout."""
+  now = getattr(roll_fn, "totals", None)
+  if not now:
+    return {}
+  d = lambda k: now.get(k, 0.0) - before.get(k, 0.0)  # noqa: E731
+  return {"time/env_reset_s": d("reset"), "time/env_step_s": d("env"),
+          "time/policy_s": d("act") + d("observe")}
+
+
 def evaluate_only(run: Run, prog: Progress) -> dict:
   """A run with no SFT step and no RL iteration (e.g. a fixed policy from `model.init_from`
   or frozen `agents.init` workers, evaluated as a baseline arm): its held-out evaluation at
@@ -328,6 +369,10 @@ def rl_phase(run: Run, prog: Progress) -> dict:
     # which the update would do anyway.
     jax.block_until_ready(rows)
     t_rows = time.perf_counter() - t0
+    it = prog.meta.iteration + 1  # the next iteration: its games reset during the update
+    evaluating = it % c.train.eval_every == 0 or it == run.iterations
+    if not evaluating:  # (an evaluation resets the games first: then after it)
+      reset_ahead(run, it)
     run.ckpt.wait()  # the async save overlapped the rollout; the update donates the state
     # Critic warm-up (verl's trainer.critic_warmup): the value term alone, the policy fixed.
     update = run.critic_update if prog.meta.iteration < warm else run.rl_update
@@ -348,11 +393,12 @@ def rl_phase(run: Run, prog: Progress) -> dict:
     if c.train.halt_on_nan:
       check_finite(meta.global_step, m)
     improved = False
-    if meta.iteration % c.train.eval_every == 0 or meta.iteration == run.iterations:
+    if evaluating:
       m.update(evaluate_params(run, state.params))
       improved = m["eval/success"] > meta.best_eval_success
       if improved:
         meta = dataclasses.replace(meta, best_eval_success=m["eval/success"])
+      reset_ahead(run, it)
     run.writer.write(meta.global_step, m)
     last = m
     prog = Progress(state, meta, prog.reference)

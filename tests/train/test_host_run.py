@@ -74,6 +74,35 @@ def test_host_run_with_pool_matches_in_process(tmp_path):
       assert x[k] == pytest.approx(y[k], rel=1e-5, abs=1e-6), k
 
 
+@pytest.mark.parametrize("strategy", ["plain", pytest.param("dapo", marks=pytest.mark.slow)])
+def test_host_run_resets_ahead_without_changing_the_run(tmp_path, monkeypatch, strategy):
+  """`env.host.prefetch_resets`: the next iteration's resets start in the workers before the
+  update (after it when an evaluation comes first) and the rollout claims them (the strategy's
+  first key: DAPO folds its key) — the metrics are those of a run without it, bit for bit.
+  The host split of each iteration's time is in the metrics."""
+  from agent_rl.envs.host.pool import GamePool
+  claimed = []
+  claim = GamePool._claim
+  monkeypatch.setattr(GamePool, "_claim", lambda self, t: claimed.append(t.seq) or claim(self, t))
+  recs = {}
+  for ahead in (True, False):
+    c = host_config(workers=1, iterations=3)
+    c.train.eval_every, c.env.host.prefetch_resets = 2, ahead
+    c.rollout.strategy = strategy
+    if strategy == "dapo":
+      c.rollout.strategy_kwargs = dict(max_num_gen_batches=1)
+    wd = str(tmp_path / f"{ahead}")
+    run(c, wd)
+    recs[ahead] = _records(wd)
+    if ahead:  # iteration 1 before its update; iteration 2 after the evaluation at 2
+      assert len(claimed) == 2, claimed
+      with open(os.path.join(wd, "metrics.jsonl")) as f:
+        rl = [json.loads(ln) for ln in f if "time/env_reset_s" in ln]
+      assert len(rl) == 3 and all(r["time/policy_s"] > 0 for r in rl)
+  assert len(claimed) == 2
+  assert recs[True] == recs[False]
+
+
 @pytest.mark.parametrize("field,value,match", [
     ("env.name", "host:nope", "registered: .*host:toy"),
     ("env.host.workers", -1, "env.host.workers"),

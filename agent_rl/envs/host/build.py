@@ -10,7 +10,8 @@ admissible (list the admissible commands in the prompt), action_format (answer |
 invalid_penalty, score_scale (reward = the score delta x it), max_answer_bytes, split /
 eval_split (task panels of training / evaluation),
 extras (comma list of GameStep.extras keys carried into the batch), overlap (two pipelined
-half-batches, rollout/overlap.py); several agents on a game without roles of its own: roles,
+half-batches, rollout/overlap.py), prefetch_resets (the next iteration's resets run in the
+workers during the update, pool.py); several agents on a game without roles of its own: roles,
 schedule, offset_by_task, role_scales (roles.py; a game with roles, e.g. host:toy_duo, brings
 its own).
 

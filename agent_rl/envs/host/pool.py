@@ -15,10 +15,17 @@ is killed and started afresh; each item it owed becomes `Failed(reason)`, and it
 lost their state, so their next step is `Failed` too until they are reset. The run goes on; the env
 (text_env.py) ends those episodes with `fatal` / `worker_failed`.
 
+Resets ahead: `pool.prefetch("reset", items)` sends a reset request now and returns; the
+next request, if it is the same reset (same games, tasks and seeds), claims it instead of
+sending it again, and any other request first lets it finish and drops its answers. A reset
+is a function of (task, seed) alone, so its answer is the same whenever it runs: the run
+(train/phases.py) starts the next iteration's resets before its update, and the workers
+build those games while the learner trains (ALFWorld's planner, TextWorld's game load).
+
 `workers=0` runs the games in this process, one after another (the sequential path: no
-timeout can interrupt a hung game there). Adapter exceptions inside a step are `Failed` too
-(a game error ends the episode, not the run); an adapter that cannot even be built (missing
-package, no data) raises at start-up with its own message.
+timeout can interrupt a hung game there; nothing runs ahead). Adapter exceptions inside a
+step are `Failed` too (a game error ends the episode, not the run); an adapter that cannot
+even be built (missing package, no data) raises at start-up with its own message.
 """
 from __future__ import annotations
 
@@ -120,6 +127,7 @@ class GamePool:
     self.restarts = 0
     self.lost: set[int] = set()
     self._seq = 0
+    self._ahead: Ticket | None = None  # a prefetched request not yet claimed
     if self.workers == 0:
       self._games = [factory() for _ in range(self.num_games)]
       self.instruction = self._games[0].instruction()
@@ -170,8 +178,14 @@ class GamePool:
     """Sends `items` [(game index, argument)] of `op` ("reset": (task_id, seed), "step":
     command, "task_ids": split) to their workers; returns without waiting for them."""
     OPS.get(op)
+    items = list(items)
+    ahead, self._ahead = self._ahead, None
+    if ahead is not None:
+      if op == ahead.op and items == ahead.items:
+        return self._claim(ahead)
+      self.wait(ahead)  # not the request it ran ahead for: let it finish, drop its answers
     self._seq += 1
-    t = Ticket(seq=self._seq, op=op, items=list(items), local={}, parts={})
+    t = Ticket(seq=self._seq, op=op, items=items, local={}, parts={})
     for k, (g, arg) in enumerate(t.items):
       if not 0 <= g < self.num_games:
         raise ValueError(f"GamePool: game index {g} outside [0, {self.num_games})")
@@ -194,6 +208,26 @@ class GamePool:
       except (BrokenPipeError, OSError):
         w.pending.append((t.seq, len(ks)))
         self._restart(w, "worker_died")
+    return t
+
+  def prefetch(self, op: str, items: Sequence[tuple[int, Any]]) -> None:
+    """Sends `items` of `op` ("reset" only: a function of its arguments) now, for the next
+    `submit` of the same request to claim (module docstring). In-process: does nothing."""
+    if op != "reset":
+      raise ValueError(f"GamePool.prefetch: only 'reset' runs ahead (a function of (task, "
+                       f"seed)), got {op!r}")
+    if self.workers:
+      t = self.submit(op, items)  # settles an earlier prefetch first
+      self._ahead = t
+
+  def _claim(self, t: Ticket) -> Ticket:
+    """A prefetched ticket handed to its request: its workers' deadlines start now (it may
+    have been sent long before anyone waited for it)."""
+    now = time.perf_counter()
+    for wi in t.parts:
+      w = self._pool[wi]
+      if w.pending and w.pending[0][0] == t.seq:
+        w.clock = now
     return t
 
   def wait(self, t: Ticket) -> list:

@@ -216,9 +216,8 @@ class TextHostEnv:
     """`[N]` i32: who acts turn 0 of the episodes of the last reset (0 without roles)."""
     return np.asarray(self._next, np.int32)
 
-  def reset(self, tasks, reset_keys, group_size: int):
-    """tasks [n_tasks] int32; reset_keys [n_tasks, 2] uint32 -> obs_tokens [N, obs_len],
-    obs_length [N], state_hash [N] uint32 (N = n_tasks * group_size)."""
+  def _reset_items(self, tasks, reset_keys, group_size: int) -> tuple[list, np.ndarray]:
+    """The pool's reset items [(game, (task_id, seed))] of a reset, and the keys `[n, 2]`."""
     idx = np.asarray(tasks).reshape(-1)
     keys = np.asarray(reset_keys).reshape(len(idx), -1)
     n = len(idx) * group_size
@@ -229,8 +228,19 @@ class TextHostEnv:
     if bad:
       raise ValueError(f"TextHostEnv: task indices {bad} outside the {len(self.task_ids)} "
                        f"tasks of split {self.split!r}")
-    items = [(r, (self.task_ids[int(idx[r // group_size])], reset_seed(keys[r // group_size])))
-             for r in range(n)]
+    return [(r, (self.task_ids[int(idx[r // group_size])], reset_seed(keys[r // group_size])))
+            for r in range(n)], keys
+
+  def prefetch_reset(self, tasks, reset_keys, group_size: int) -> None:
+    """Starts the games' part of `reset(tasks, reset_keys, group_size)` in the workers now
+    (GamePool.prefetch); that reset, when it comes, collects it. Same results either way."""
+    self.pool.prefetch("reset", self._reset_items(tasks, reset_keys, group_size)[0])
+
+  def reset(self, tasks, reset_keys, group_size: int):
+    """tasks [n_tasks] int32; reset_keys [n_tasks, 2] uint32 -> obs_tokens [N, obs_len],
+    obs_length [N], state_hash [N] uint32 (N = n_tasks * group_size)."""
+    items, keys = self._reset_items(tasks, reset_keys, group_size)
+    n = len(items)
     obs = self.pool.call("reset", items)
     failed = GameObs(text=FAILED_TEXT)
     self._dead = {r for r, o in enumerate(obs) if not isinstance(o, GameObs)}  # fail at step 0

@@ -39,3 +39,17 @@ class NoStateGame(KeyRoomGame):
   def _obs(self, text):
     o = super()._obs(text)
     return GameObs(text=o.text, admissible=o.admissible, state_key=None)
+
+
+class CountingGame(KeyRoomGame):
+  """KeyRoom that appends "task_id seed" to the file `log` at each reset (which process
+  reset what, when: the pool's resets ahead are observable without timing them)."""
+
+  def __init__(self, log: str = "", **kw):
+    super().__init__(**kw)
+    self.log = log
+
+  def reset(self, task_id, seed):
+    with open(self.log, "a") as f:
+      f.write(f"{task_id} {seed}\n")
+    return super().reset(task_id, seed)

@@ -1,4 +1,5 @@
 """GamePool: worker processes give the in-process results; dead and hung workers restart."""
+import functools
 import os
 import signal
 import time
@@ -8,7 +9,7 @@ import pytest
 from agent_rl.envs.host.pool import Failed, GamePool
 from agent_rl.envs.host.toy import KeyRoomGame
 
-from tests.envs.host.hostgames import FaultyGame
+from tests.envs.host.hostgames import CountingGame, FaultyGame
 
 CMDS = ["go to kitchen", "take key", "look", "go to study", "unlock door", "go to hall"]
 
@@ -105,3 +106,63 @@ def test_bad_requests_raise_clearly():
     GamePool(KeyRoomGame, 2, workers=-1)
   with pytest.raises(ValueError, match="unknown split 'test'"):
     pool.task_ids("test")
+
+
+def _resets(log) -> list[str]:
+  return log.read_text().splitlines() if log.exists() else []
+
+
+def test_reset_ahead_runs_in_the_workers_and_is_claimed(tmp_path):
+  """`prefetch("reset", items)` runs the resets before anyone waits (the games' log fills
+  while the caller does nothing), the same request then collects them without resetting
+  again, and the answers are an in-process reset's."""
+  log = tmp_path / "resets.txt"
+  items = [(g, (f"keyroom-{g}", 11 + g)) for g in range(5)]
+  ref = GamePool(KeyRoomGame, 5, workers=0).call("reset", items)
+  pool = GamePool(functools.partial(CountingGame, log=str(log)), 5, workers=2)
+  try:
+    pool.prefetch("reset", items)
+    deadline = time.time() + 60
+    while len(_resets(log)) < 5 and time.time() < deadline:
+      time.sleep(0.05)
+    assert sorted(_resets(log)) == sorted(f"keyroom-{g} {11 + g}" for g in range(5))
+    assert pool.call("reset", items) == ref
+    assert len(_resets(log)) == 5  # claimed, not sent again
+    steps = [(g, CMDS[g % len(CMDS)]) for g in range(5)]
+    local = GamePool(KeyRoomGame, 5, workers=0)
+    local.call("reset", items)
+    assert pool.call("step", steps) == local.call("step", steps)
+  finally:
+    pool.close()
+
+
+def test_reset_ahead_of_another_request_is_dropped(tmp_path):
+  """A request other than the prefetched one (another reset, a step) lets the prefetched
+  resets finish, drops their answers and is served as without them."""
+  log = tmp_path / "resets.txt"
+  a = [(g, (f"keyroom-{g}", 3)) for g in range(4)]
+  b = [(g, (f"keyroom-{g + 4}", 5)) for g in range(4)]
+  local = GamePool(KeyRoomGame, 4, workers=0)
+  pool = GamePool(functools.partial(CountingGame, log=str(log)), 4, workers=2)
+  try:
+    pool.prefetch("reset", a)
+    assert pool.call("reset", b) == local.call("reset", b)
+    assert len(_resets(log)) == 8
+    pool.prefetch("reset", a)  # then a step: it acts on the prefetched starts
+    local.call("reset", a)
+    steps = [(g, "take key") for g in range(4)]
+    assert pool.call("step", steps) == local.call("step", steps)
+    pool.prefetch("reset", a)
+    pool.prefetch("reset", b)  # a second prefetch settles the first
+    assert pool.call("reset", b) == local.call("reset", b) and len(_resets(log)) == 20
+  finally:
+    pool.close()
+
+
+def test_reset_ahead_in_process_does_nothing(tmp_path):
+  log = tmp_path / "resets.txt"
+  pool = GamePool(functools.partial(CountingGame, log=str(log)), 2, workers=0)
+  pool.prefetch("reset", [(0, ("keyroom-0", 1))])
+  assert _resets(log) == []
+  with pytest.raises(ValueError, match="only 'reset' runs ahead"):
+    pool.prefetch("step", [(0, "look")])
