@@ -262,8 +262,8 @@ def sft_phase(run: Run, prog: Progress) -> Progress:
 # -- RL ---------------------------------------------------------------------------------------
 
 def iteration_inputs(run: Run, it: int):
-  """Iteration `it`'s tasks `[num_tasks]` (on the host), rollout key and update key: pure
-  functions of the run seed and `it` (exact resume; the resets ahead below)."""
+  """Iteration `it`'s tasks `[num_tasks]` (not yet placed on the mesh), rollout key and update
+  key: pure functions of the run seed and `it` (exact resume; the resets ahead below)."""
   c = run.c
   key = jax.random.fold_in(jax.random.key(c.seed), 1000 + it)
   k_tasks, k_roll, k_upd = jax.random.split(key, 3)
