@@ -13,7 +13,9 @@ ScienceWorld does not share: two of its `PythonInterface`s in one JVM list a roo
 another order than a JVM of their own does ("boil" variation 0: the art studio's three wood
 cups), so its games would depend on their neighbours. It keeps one JVM per game
 (scienceworld.py), started with `DETERMINISTIC_HASH` (below): its order also moved from one
-JVM start to the next.
+JVM start to the next. Both are the same identity-hash effect: with the flag, four games
+stepped interleaved on one JVM gave a JVM each's texts (a first check, 2026-12-05; sharing is
+not adopted yet).
 
     gw = acquire(JAR_PATH, cwd=BASEPATH)           # launches the JVM the first time
     server = gw.jvm.textworldexpress.runtime.PythonInterface()
