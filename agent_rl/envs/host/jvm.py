@@ -13,9 +13,10 @@ ScienceWorld does not share: two of its `PythonInterface`s in one JVM list a roo
 another order than a JVM of their own does ("boil" variation 0: the art studio's three wood
 cups), so its games would depend on their neighbours. It keeps one JVM per game
 (scienceworld.py), started with `DETERMINISTIC_HASH` (below): its order also moved from one
-JVM start to the next. Both are the same identity-hash effect: with the flag, four games
-stepped interleaved on one JVM gave a JVM each's texts (a first check, 2026-12-05; sharing is
-not adopted yet).
+JVM start to the next. With the flag, games stepped interleaved on one JVM read a JVM each's
+observation text, but not its admissible lists: ambiguous objects get other referent names
+("focus on paint in cup" vs "... on cup containing blue paint"; 2026-12-05), so sharing stays
+off.
 
     gw = acquire(JAR_PATH, cwd=BASEPATH)           # launches the JVM the first time
     server = gw.jvm.textworldexpress.runtime.PythonInterface()
