@@ -61,7 +61,10 @@ class OverlapRollout:
         raise ValueError(f"OverlapRollout: env {type(env).__name__} has no {f}(); use HostRollout")
     self.base = HostRollout(policy, env, cfg, pieces)
     self.env, self.cfg = env, cfg
-    self.timings: dict = {}
+
+  @property
+  def timings(self) -> dict:
+    return self.base.timings
 
   @property
   def totals(self) -> dict:
@@ -73,9 +76,7 @@ class OverlapRollout:
   def __call__(self, params, tasks, key):
     n_tasks, g = _num_tasks(tasks), self.cfg.group_size
     if n_tasks < 2:
-      out = self.base(params, tasks, key)
-      self.timings = self.base.timings
-      return out
+      return self.base(params, tasks, key)
     tm = dict(reset=0.0, act=0.0, env=0.0, observe=0.0, other=0.0)
     reset_keys, ep_keys, group_id = episode_keys(key, n_tasks, g)
     t0 = time.perf_counter()
@@ -113,7 +114,6 @@ class OverlapRollout:
     result = self._finish(halves, n, o, alen, group_id, ep_keys)
     tm["other"] += time.perf_counter() - t0
     self.base.record_timings(tm)
-    self.timings = tm
     return result
 
   def _half(self, rows: np.ndarray, obs_len: int, alen: int) -> _Half:

@@ -14,7 +14,6 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from agent_rl.agents import agent_metrics, attach_agent_return, check_checkpoint, role_terms
 from agent_rl.agents.frozen import freeze_rows
@@ -25,8 +24,7 @@ from agent_rl.eval.episodes import held_out_episodes
 from agent_rl.eval.evaluate import evaluate, extras_metrics
 from agent_rl.objective import shapers
 from agent_rl.parallel.distributed import main_process_first
-from agent_rl.rollout.compiled import episode_keys
-from agent_rl.train import buckets, hindsight, learner, sft
+from agent_rl.train import buckets, hindsight, host_games, learner, sft
 from agent_rl.train.checkpoint import CheckpointLayoutError, RunCheckpoint
 from agent_rl.train.metrics import check_finite, progress, to_host
 from agent_rl.train.state import StateSpec, TrainState, copy_tree, new_train_state
@@ -272,18 +270,10 @@ def iteration_inputs(run: Run, it: int):
 
 
 def reset_ahead(run: Run, it: int) -> None:
-  """Starts iteration `it`'s game resets in a host env's workers (GamePool.prefetch), so they
-  run beside what the main process does until that rollout (the update, an evaluation);
-  the rollout's reset collects them, the same observations as a reset then (a reset is a
-  function of task and seed). `config.env.host.prefetch_resets`; no-op for JAX envs."""
-  env, c = run.setup.env, run.c
-  if it >= run.iterations or not c.env.host.prefetch_resets or not callable(
-      getattr(env, "prefetch_reset", None)):
-    return
-  tasks, k_roll, _ = iteration_inputs(run, it)
-  reset_keys = episode_keys(run.strategy.first_key(k_roll), c.rollout.num_tasks,
-                            c.rollout.group_size)[0]
-  env.prefetch_reset(np.asarray(tasks), np.asarray(reset_keys), c.rollout.group_size)
+  """Starts iteration `it`'s game resets in a host env's workers (train/host_games.py)."""
+  if it < run.iterations and host_games.can_reset_ahead(run.c, run.setup.env):
+    tasks, k_roll, _ = iteration_inputs(run, it)
+    host_games.reset_ahead(run.c, run.setup.env, run.strategy, tasks, k_roll)
 
 
 def rl_batch(run: Run, prog: Progress, it: int):
@@ -294,7 +284,7 @@ def rl_batch(run: Run, prog: Progress, it: int):
   tasks = place.batch(tasks)
   host_t0 = dict(getattr(run.roll_fn, "totals", {}))
   batch, rmetrics = run.strategy.run(run.roll_fn, params["lm"], tasks, k_roll, **run.strategy_kwargs)
-  rmetrics = {**rmetrics, **host_time_metrics(run.roll_fn, host_t0),  # host games' split
+  rmetrics = {**rmetrics, **host_games.time_metrics(run.roll_fn, host_t0),  # host games' split
               **tool_metrics(batch),  # tool calls, answer rate, EM/F1 (tool envs)
               **extras_metrics(batch, run.setup.env, "rollout")}  # e.g. route/calls/<worker>
   if run.setup.agents.num > 1:  # per-role rewards -> agent_return; per-agent metrics
@@ -326,18 +316,6 @@ def rl_batch(run: Run, prog: Progress, it: int):
     rows, hmetrics = hindsight.rescore(run, params["lm"], tasks, batch, rows)
     rmetrics = {**rmetrics, **hmetrics}
   return rows, {**rmetrics, **smetrics}, batch, shaper_state, k_upd
-
-
-def host_time_metrics(roll_fn, before: dict) -> dict:
-  """A host rollout's (rollout/bridge.py, overlap.py) seconds this iteration: the games'
-  resets, the waits for their steps and the policy's turns (decode and observation prefill),
-  from the runner's `totals` now against `before`; {} for a compiled rollout."""
-  now = getattr(roll_fn, "totals", None)
-  if not now:
-    return {}
-  d = lambda k: now.get(k, 0.0) - before.get(k, 0.0)  # noqa: E731
-  return {"time/env_reset_s": d("reset"), "time/env_step_s": d("env"),
-          "time/policy_s": d("act") + d("observe")}
 
 
 def evaluate_only(run: Run, prog: Progress) -> dict:
