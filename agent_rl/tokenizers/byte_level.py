@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 
+from agent_rl.tokenizers import padded
 from agent_rl.tokenizers.train import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
 
 
@@ -41,6 +42,11 @@ class ByteTokenizer:
       pos = m.end()
     out += run(text[pos:])
     return ([self.bos_id] if add_bos else []) + out + ([self.eos_id] if add_eos else [])
+
+  def encode_padded(self, texts, length: int, *, add_bos: bool = False, add_eos: bool = False):
+    """`tokens [B, length] int32` right-padded with pad_id and `lengths [B] int32`
+    (padded.encode_padded; ValueError naming the text that needs more than `length`)."""
+    return padded.encode_padded(self, texts, length, add_bos=add_bos, add_eos=add_eos)
 
   def decode(self, ids) -> str:
     rows = _ROWS

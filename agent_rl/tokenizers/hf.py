@@ -26,6 +26,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from agent_rl.tokenizers import padded
+
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_MAP_FILE = "special_tokens_map.json"
@@ -224,16 +226,9 @@ class HFTokenizer:
 
   def encode_padded(self, texts: Sequence[str], length: int, *, add_bos: bool = False,
                     add_eos: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """`tokens [B, length] int32` right-padded with pad_id and `lengths [B] int32`."""
-    tokens = np.full((len(texts), length), self.pad_id, np.int32)
-    lengths = np.zeros((len(texts),), np.int32)
-    for b, t in enumerate(texts):
-      ids = self.encode(t, add_bos=add_bos, add_eos=add_eos)
-      if len(ids) > length:
-        raise ValueError(f"texts[{b}] needs {len(ids)} tokens > length={length}: {t[:40]!r}...")
-      tokens[b, :len(ids)] = ids
-      lengths[b] = len(ids)
-    return tokens, lengths
+    """`tokens [B, length] int32` right-padded with pad_id and `lengths [B] int32`
+    (padded.encode_padded; ValueError naming the text that needs more than `length`)."""
+    return padded.encode_padded(self, texts, length, add_bos=add_bos, add_eos=add_eos)
 
   # -- tables for jitted code -----------------------------------------------------------------
   def piece_bytes(self, i: int) -> bytes:

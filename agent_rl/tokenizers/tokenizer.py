@@ -14,6 +14,8 @@ import numpy as np
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
+from agent_rl.tokenizers import padded
+
 _T = sentencepiece_model_pb2.ModelProto.SentencePiece.Type
 _UNKNOWN, _CONTROL, _USER, _UNUSED, _BYTE = (
     _T.UNKNOWN, _T.CONTROL, _T.USER_DEFINED, _T.UNUSED, _T.BYTE)
@@ -111,19 +113,9 @@ class Tokenizer:
 
   def encode_padded(self, texts: Sequence[str], length: int, *, add_bos: bool = False,
                     add_eos: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """`tokens [B, length] int32` right-padded with pad_id and `lengths [B] int32`.
-
-    Raises ValueError naming the text index when a text needs more than `length` tokens.
-    """
-    tokens = np.full((len(texts), length), self.pad_id, np.int32)
-    lengths = np.zeros((len(texts),), np.int32)
-    for b, t in enumerate(texts):
-      ids = self.encode(t, add_bos=add_bos, add_eos=add_eos)
-      if len(ids) > length:
-        raise ValueError(f"texts[{b}] needs {len(ids)} tokens > length={length}: {t[:40]!r}...")
-      tokens[b, :len(ids)] = ids
-      lengths[b] = len(ids)
-    return tokens, lengths
+    """`tokens [B, length] int32` right-padded with pad_id and `lengths [B] int32`
+    (padded.encode_padded; ValueError naming the text that needs more than `length`)."""
+    return padded.encode_padded(self, texts, length, add_bos=add_bos, add_eos=add_eos)
 
   # -- tables for jitted code -----------------------------------------------------------------
   def piece_bytes(self, i: int) -> bytes:

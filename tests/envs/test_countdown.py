@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import arith_reference as ref
 from agent_rl.envs import base, countdown
+from batched import vreset, vsample
 from conftest import CharTokenizer
 
 TOK = CharTokenizer(extra_chars="×÷−\n\t")
@@ -28,19 +29,9 @@ def _step(env, states, actions):
   return jax.vmap(env.step)(states, actions)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _reset(env, keys, tasks):
-  return jax.vmap(env.reset)(keys, tasks)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 2))
-def _sample(env, key, n):
-  return jax.vmap(env.sample_task)(jax.random.split(key, n))
-
-
 def _tasks(env, seed, n):
   """n sampled tasks as a host batch and as a list of single tasks."""
-  tasks = jax.device_get(_sample(env, jax.random.key(seed), n))
+  tasks = jax.device_get(vsample(env, jax.random.key(seed), n))
   return tasks, [jax.tree.map(lambda x: x[k], tasks) for k in range(n)]
 
 
@@ -71,7 +62,7 @@ def _expected(env, raw: bytes, numbers, target):
 
 def _check_outcomes(env, task, texts):
   numbers = [int(x) for x in np.asarray(task.numbers)[:int(task.count)]]
-  states, _ = _reset(env, jax.random.split(jax.random.key(0), B), _stack([task]))
+  states, _ = vreset(env, jax.random.split(jax.random.key(0), B), _stack([task]))
   _, obs, reward, done, info = jax.device_get(_step(env, states, _actions(TOK, texts)))
   for k, t in enumerate(texts):
     valid, success, terms = _expected(env, t.encode(), numbers, int(task.target))
@@ -127,7 +118,7 @@ def test_generated_tasks_are_solvable_and_the_solver_succeeds():
     for i in range(0, n, B):
       batch = tl[i:i + B]
       texts = [f"<think>ok</think><answer>{env.solve(t)[0]}</answer>" for t in batch]
-      states, _ = _reset(env, jax.random.split(jax.random.key(i), B), _stack(batch))
+      states, _ = vreset(env, jax.random.split(jax.random.key(i), B), _stack(batch))
       _, _, reward, done, info = _step(env, states, _actions(TOK, texts))
       assert np.all(info["success"]) and np.all(done) and np.allclose(reward, env.success_reward), texts
 
@@ -172,7 +163,7 @@ def test_solver_against_subset_dp():
 
 def test_observations_render_the_task_and_feedback():
   tasks, tl = _tasks(ENV, 5, B)
-  states, obs = _reset(ENV, jax.random.split(jax.random.key(0), B), tasks)
+  states, obs = vreset(ENV, jax.random.split(jax.random.key(0), B), tasks)
   for k in range(B):
     assert TOK.decode(obs.tokens[k, :obs.length[k]]) == ENV.render_text(tl[k])
     assert np.all(np.asarray(obs.tokens[k, obs.length[k]:]) == TOK.pad_id)
@@ -190,7 +181,7 @@ def test_observations_render_the_task_and_feedback():
 
 def test_multi_turn_feedback_and_absorbing_done():
   task = ENV_ALL.task_from_numbers([3, 4, 6, 1], 18)
-  s0, _ = _reset(ENV_ALL, jax.random.split(jax.random.key(0), B), _stack([task]))
+  s0, _ = vreset(ENV_ALL, jax.random.split(jax.random.key(0), B), _stack([task]))
   wrong = _actions(TOK, ["<answer>3+4+6+1</answer>"] * B)
   right = _actions(TOK, ["<answer>3*4+6*1</answer>"] * B)
   s1, _, r1, d1, i1 = _step(ENV_ALL, s0, wrong)
@@ -226,7 +217,7 @@ def test_sentencepiece_tokenizer_round_trip(cd_tok):
   sp_tok = cd_tok
   env = countdown.Countdown(tokenizer=sp_tok)
   tasks, tl = _tasks(env, 9, B)
-  states, obs = _reset(env, jax.random.split(jax.random.key(0), B), tasks)
+  states, obs = vreset(env, jax.random.split(jax.random.key(0), B), tasks)
   for k in range(B):
     assert sp_tok.decode(obs.tokens[k, :obs.length[k]]) == env.render_text(tl[k])
   texts = [f"<think>try</think><answer>{env.solve(t)[0]}</answer>" for t in tl]

@@ -10,39 +10,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from agent_rl.envs.base import Text
 from agent_rl.eval.episodes import render_episodes
 from agent_rl.rollout.compiled import episode_keys, reset_groups, rollout
-from agent_rl.rollout.episode import HISTORY_MODES, EpisodeConfig, action_length
-from agent_rl.rollout.layout import chat_pieces
-from agent_rl.rollout.policy import Policy
-from agent_rl.rollout.sampler import SamplerConfig
+from agent_rl.rollout.episode import HISTORY_MODES, action_length
+from tests.rollout.sokoban_policy import sokoban_setup
 
 N_TASKS, GROUP = 3, 2
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-  from agent_rl.envs.sokoban import Sokoban
-  from agent_rl.models.presets import get_preset
-  from agent_rl.models.transformer import Transformer
-  from agent_rl.tokenizers import Tokenizer, train_tokenizer
-  rows = ["######", "#_OXP#", "#__√S#", "#_X__#", "#O___#"]
-  texts = ["\n".join(rows[(i + j) % 5] for j in range(6)) + "\n" for i in range(50)]
-  texts += [f"<answer>{w}</answer> system user assistant" for w in ("Up", "Down", "Left", "Right")]
-  path = str(tmp_path_factory.mktemp("tok") / "s.model")
-  tok = Tokenizer.load(train_tokenizer(texts * 4, path, 340))
-  env = Sokoban(tokenizer=tok, dim_room=(6, 6), num_boxes=1)
-  mcfg = get_preset("tiny", vocab_size=tok.vocab_size, hidden=32, num_layers=1, num_heads=2,
-                    num_kv_heads=1, head_dim=16, intermediate=64)
-  graphdef, params = nnx.split(Transformer(mcfg, rngs=nnx.Rngs(0)))
-  cfg = EpisodeConfig(sampler=SamplerConfig(max_tokens=8, stop_tokens=(tok.special("<|im_end|>"),
-                                                                         tok.eos_id)),
-                      max_turns=3, group_size=GROUP)
-  tasks = jax.vmap(env.sample_task)(jax.random.split(jax.random.PRNGKey(0), N_TASKS))
-  return tok, env, Policy.from_model(mcfg, graphdef), params, cfg, tasks, chat_pieces(tok, env.instruction)
+  return sokoban_setup(str(tmp_path_factory.mktemp("tok")), N_TASKS, GROUP)
 
 
 def reference_texts(tok, env, pieces, cfg, tasks, key, batch):

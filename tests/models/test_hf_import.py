@@ -10,8 +10,10 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
-from agent_rl.models import forward, load_hf
+from agent_rl.models import load_hf
 from agent_rl.models.hf_import import config_from_hf
+
+from hf_util import hf_logits, our_logits, randomize
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -20,45 +22,15 @@ SIZES = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_h
              num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128)
 
 
-def _randomize(model, seed):
-  """Weights of unit-ish scale (HF init is std 0.02, too small to exercise the math)."""
-  g = torch.Generator().manual_seed(seed)
-  with torch.no_grad():
-    for name, p in model.named_parameters():
-      if name.endswith("norm.weight"):
-        p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
-      elif name.endswith("bias"):
-        p.copy_(0.1 * torch.randn(p.shape, generator=g))
-      else:
-        p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
-  return model
-
-
 def _save(tmp_path, family, seed=0, **kw):
   cls = {"qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
          "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM)}[family]
   cfg = cls[0](**{**SIZES, **kw})
   torch.manual_seed(seed)
-  model = _randomize(cls[1](cfg).eval(), seed)
+  model = randomize(cls[1](cfg).eval(), seed)
   path = str(tmp_path / family)
   model.save_pretrained(path)
   return model, path
-
-
-def _hf_logits(model, tokens, mask):
-  pos = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
-  with torch.no_grad():
-    out = model(input_ids=torch.tensor(np.asarray(tokens), dtype=torch.long),
-                attention_mask=torch.tensor(np.asarray(mask), dtype=torch.long),
-                position_ids=torch.tensor(pos, dtype=torch.long))
-  return out.logits.float().numpy()
-
-
-def _ours(model, tokens, mask):
-  graphdef, state = nnx.split(model)
-  pos = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0).astype(jnp.int32)
-  return np.asarray(forward(graphdef, state, jnp.asarray(tokens, jnp.int32), pos,
-                            jnp.asarray(mask, bool))[0])
 
 
 TOKENS = np.random.default_rng(0).integers(0, SIZES["vocab_size"], (3, 9))
@@ -83,11 +55,11 @@ def test_logits_match_transformers(tmp_path, case):
   # Plain call: positions arange, all valid.
   got = np.asarray(jax.jit(lambda s, t: nnx.merge(nnx.graphdef(ours), s)(t))(
       nnx.state(ours), jnp.asarray(TOKENS, jnp.int32)))
-  np.testing.assert_allclose(got, _hf_logits(hf, TOKENS, full), atol=1e-4, rtol=0)
+  np.testing.assert_allclose(got, hf_logits(hf, TOKENS, full), atol=1e-4, rtol=0)
   # Left-padded batch with attention mask (positions = cumsum(mask) - 1 as HF generate).
   m = LEFT_MASK.astype(bool)
-  np.testing.assert_allclose(_ours(ours, TOKENS, LEFT_MASK)[m],
-                             _hf_logits(hf, TOKENS, LEFT_MASK)[m], atol=1e-4, rtol=0)
+  np.testing.assert_allclose(our_logits(ours, TOKENS, LEFT_MASK)[m],
+                             hf_logits(hf, TOKENS, LEFT_MASK)[m], atol=1e-4, rtol=0)
 
 
 def test_sharded_checkpoint_and_bf16(tmp_path):
@@ -97,11 +69,11 @@ def test_sharded_checkpoint_and_bf16(tmp_path):
   assert os.path.exists(os.path.join(path, "model.safetensors.index.json"))
   ours = load_hf(path)
   full = np.ones_like(TOKENS)
-  np.testing.assert_allclose(_ours(ours, TOKENS, full), _hf_logits(hf, TOKENS, full), atol=1e-4)
+  np.testing.assert_allclose(our_logits(ours, TOKENS, full), hf_logits(hf, TOKENS, full), atol=1e-4)
   ours16 = load_hf(path, dtype=jnp.bfloat16)
   assert nnx.state(ours16)["embed"]["embedding"].get_value().dtype == jnp.bfloat16
-  p16 = jax.nn.softmax(_ours(ours16, TOKENS, full))
-  p32 = jax.nn.softmax(_hf_logits(hf, TOKENS, full))
+  p16 = jax.nn.softmax(our_logits(ours16, TOKENS, full))
+  p32 = jax.nn.softmax(hf_logits(hf, TOKENS, full))
   assert float(np.abs(p16 - p32).max()) < 0.05
 
 

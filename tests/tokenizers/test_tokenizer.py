@@ -231,3 +231,14 @@ def test_byte_tokenizer_encode_matches_the_character_loop(text):
   assert tok.decode(ids) == text
   with pytest.raises(TypeError, match="str"):
     tok.encode(b"bytes")
+
+
+def test_byte_tokenizer_encode_padded_rows_are_the_character_loop():
+  from agent_rl.tokenizers import ByteTokenizer
+  texts = ["go <answer>up</answer>", "", "é日"]
+  tokens, lengths = ByteTokenizer().encode_padded(texts, 30, add_eos=True)
+  for row, n, text in zip(tokens, lengths, texts):
+    ids = _byte_encode_loop(text) + [EOS_ID]
+    assert int(n) == len(ids) and row[:n].tolist() == ids and not row[n:].any()
+  with pytest.raises(ValueError, match=r"texts\[1\] needs"):
+    ByteTokenizer().encode_padded(["a", "abcdef"], 4)

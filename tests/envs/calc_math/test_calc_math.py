@@ -2,7 +2,6 @@
 gold steps evaluated with fractions, solver plans through the jitted step, the calculator on
 hypothesis expressions, fuzzed turns, faults from the key at the configured rates, budget,
 construction errors, state hashes."""
-import functools
 from fractions import Fraction
 
 import jax
@@ -15,6 +14,7 @@ import arith_reference as ar
 from agent_rl import envs
 from agent_rl.envs.base import Text
 from agent_rl.envs.calc_math import CalcMath, calc, problem
+from batched import vreset, vsample, vstep
 from calc_math import reference as ref
 from conftest import CharTokenizer
 
@@ -28,21 +28,6 @@ FAULT, BUSY = 0.25, 0.15
 ENV = CalcMath(tokenizer=TOK, max_digits=4, fault_rate=FAULT, busy_rate=BUSY, max_turns=10,
                max_calls=8, repeat_problem=True)
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _step(env, states, actions):
-  return jax.vmap(env.step)(states, actions)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _reset(env, keys, tasks):
-  return jax.vmap(env.reset)(keys, tasks)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 2))
-def _sample(env, key, n):
-  return jax.vmap(env.sample_task)(jax.random.split(key, n))
 
 
 def _actions(texts):
@@ -62,8 +47,8 @@ def _decode(obs, k):
 
 
 def _fresh(env, seed=0):
-  tasks = _sample(env, jax.random.key(seed), B)
-  states, obs = _reset(env, jax.random.split(jax.random.key(seed + 1), B), tasks)
+  tasks = vsample(env, jax.random.key(seed), B)
+  states, obs = vreset(env, jax.random.split(jax.random.key(seed + 1), B), tasks)
   return tasks, states, obs
 
 
@@ -84,7 +69,7 @@ def _feedback(obs, k, task):
 
 def test_generator_matches_reference_and_gold_steps_evaluate_to_values():
   keys = jax.random.split(jax.random.key(3), B)
-  tasks = jax.device_get(_sample(ENV, jax.random.key(3), B))
+  tasks = jax.device_get(vsample(ENV, jax.random.key(3), B))
   for k in range(B):
     u = np.asarray(jax.random.uniform(keys[k], (ENV.problem_config.draws(),)))
     want = ref.sample(u, ENV.min_steps, ENV.max_steps, ENV.min_digits, ENV.max_digits,
@@ -121,7 +106,7 @@ def test_solver_plans_with_retries_succeed_through_jitted_step():
   for turn in range(ENV.max_turns):
     fatal, busy = _faults(states, turn)
     texts = [p[min(i, len(p) - 1)] for p, i in zip(plans, pos)]
-    states, obs, reward, d, info = jax.device_get(_step(ENV, states, _actions(texts)))
+    states, obs, reward, d, info = jax.device_get(vstep(ENV, states, _actions(texts)))
     for k, p in enumerate(plans):
       if done[k]:
         continue
@@ -146,7 +131,7 @@ def test_solver_plans_with_retries_succeed_through_jitted_step():
 def test_solver_rejects_plans_over_the_budget():
   env = CalcMath(tokenizer=TOK, min_steps=4, max_steps=4, max_calls=3)
   with pytest.raises(ValueError, match="max_calls=3"):
-    env.solve(_one(jax.device_get(_sample(ENV, jax.random.key(0), B)), 0).replace(num_steps=4))
+    env.solve(_one(jax.device_get(vsample(ENV, jax.random.key(0), B)), 0).replace(num_steps=4))
 
 
 _NUM = st.integers(0, 10 ** 6).map(str)
@@ -165,7 +150,7 @@ def _expr(depth=3):
 def test_calculator_matches_fractions(exprs):
   tasks, states, _ = _fresh(ENV)
   fatal, busy = _faults(states, 0)
-  _, obs, _, _, info = jax.device_get(_step(ENV, states, _actions([f"<calc>{e}</calc>" for e in exprs])))
+  _, obs, _, _, info = jax.device_get(vstep(ENV, states, _actions([f"<calc>{e}</calc>" for e in exprs])))
   host = jax.device_get(tasks)
   names = {ar.SYNTAX: "calc_syntax", ar.DIV_ZERO: "calc_div_zero", ar.OVERFLOW: "calc_overflow"}
   for k, e in enumerate(exprs):
@@ -193,7 +178,7 @@ _PIECES = ["<calc>", "</calc>", "<answer>", "</answer>", "<think>", "</think>", 
 def test_fuzzed_turns_never_raise_and_match_reference(texts):
   tasks, states, _ = _fresh(ENV)
   fatal, busy = _faults(states, 0)
-  _, _, reward, done, info = jax.device_get(_step(ENV, states, _actions(texts)))
+  _, _, reward, done, info = jax.device_get(vstep(ENV, states, _actions(texts)))
   host = jax.device_get(tasks)
   for k, text in enumerate(texts):
     t = _one(host, k)
@@ -213,11 +198,11 @@ def test_fuzzed_turns_never_raise_and_match_reference(texts):
 
 def _calls(seed, turns):
   """Every episode calls `<calc> 1 + 1 </calc>` `turns` times; -> (infos, observations)."""
-  tasks = _sample(ENV, jax.random.key(0), B)
-  states, _ = _reset(ENV, jax.random.split(jax.random.key(seed), B), tasks)
+  tasks = vsample(ENV, jax.random.key(0), B)
+  states, _ = vreset(ENV, jax.random.split(jax.random.key(seed), B), tasks)
   infos, obs = [], []
   for _ in range(turns):
-    states, o, _, _, info = _step(ENV, states, _actions(["<calc> 1 + 1 </calc>"] * B))
+    states, o, _, _, info = vstep(ENV, states, _actions(["<calc> 1 + 1 </calc>"] * B))
     infos.append(jax.device_get(info))
     obs.append(jax.device_get(o))
   return infos, obs
@@ -249,8 +234,8 @@ def test_tool_budget_and_declared_fatal_codes():
 
 def test_state_hash_tracks_the_state():
   _, states, _ = _fresh(ENV)
-  s1, _, _, _, i1 = _step(ENV, states, _actions(["<calc> 1 + 1 </calc>"] * B))
-  s2, _, _, _, i2 = _step(ENV, states, _actions(["<calc> 1 + 1 </calc>"] * B))
+  s1, _, _, _, i1 = vstep(ENV, states, _actions(["<calc> 1 + 1 </calc>"] * B))
+  s2, _, _, _, i2 = vstep(ENV, states, _actions(["<calc> 1 + 1 </calc>"] * B))
   np.testing.assert_array_equal(i1["state_hash"], i2["state_hash"])
   np.testing.assert_array_equal(jax.vmap(ENV.state_hash)(s1), i1["state_hash"])
   assert not np.array_equal(jax.vmap(ENV.state_hash)(states), i1["state_hash"])
@@ -272,6 +257,6 @@ def test_progress_counts_gold_values_computed():
   host = jax.device_get(tasks)
   first = [ENV.solve(_one(host, k))[0] for k in range(B)]
   fatal, busy = _faults(states, 0)
-  states, _, _, _, _ = _step(ENV, states, _actions(first))
+  states, _, _, _, _ = vstep(ENV, states, _actions(first))
   want = np.where(fatal | busy, 0.0, 1.0 / np.asarray(host.num_steps))
   np.testing.assert_allclose(jax.vmap(ENV.progress)(states), want, rtol=1e-6)

@@ -3,7 +3,6 @@ written from the module docstring of agent_rl/envs/calc_math/roles.py: random ac
 (valid calls, answers, verdicts, garbage) over many episodes with faults on, every step's
 per-role rewards, next agent, done and observation text compared; expert plans; jit/vmap;
 state hashes; construction errors."""
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +15,7 @@ from agent_rl.envs.base import Text
 from agent_rl.envs.calc_math import CalcMathVerify, calc
 from agent_rl.envs.calc_math import problem as P
 from agent_rl.envs.tools import errors as E
+from batched import vreset, vsample, vstep
 from calc_math import reference as ref
 from conftest import CharTokenizer
 
@@ -135,21 +135,6 @@ class RefEpisode:
                 obs=LINES[self.agent] + feedback + body, err=err)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _step(env, states, actions):
-  return jax.vmap(env.step)(states, actions)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _reset(env, keys, tasks):
-  return jax.vmap(env.reset)(keys, tasks)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 2))
-def _sample(env, key, n):
-  return jax.vmap(env.sample_task)(jax.random.split(key, n))
-
-
 def _actions(texts):
   toks, lens = np.zeros((len(texts), A_LEN), np.int32), np.zeros((len(texts),), np.int32)
   for k, t in enumerate(texts):
@@ -177,8 +162,8 @@ def _run(seed, choose, env=ENV):
   """Plays B episodes, `choose(k, ref_episode, rng) -> action str` per live row and turn, and
   checks every live row's step against RefEpisode. Returns (refs, per-step logs)."""
   rng = np.random.default_rng(seed)
-  tasks = _sample(env, jax.random.key(seed), B)
-  states, obs = _reset(env, jax.random.split(jax.random.key(seed + 100), B), tasks)
+  tasks = vsample(env, jax.random.key(seed), B)
+  states, obs = vreset(env, jax.random.split(jax.random.key(seed + 100), B), tasks)
   host = jax.device_get(tasks)
   draws = _draws(env, states)
   refs = [RefEpisode(env, _one(host, k), draws[k]) for k in range(B)]
@@ -188,7 +173,7 @@ def _run(seed, choose, env=ENV):
   for _ in range(env.max_turns):
     live = [not r.done for r in refs]
     texts = [choose(k, r, rng) if live[k] else "" for k, r in enumerate(refs)]
-    states, obs, reward, done, info = jax.device_get(_step(env, states, _actions(texts)))
+    states, obs, reward, done, info = jax.device_get(vstep(env, states, _actions(texts)))
     for k, r in enumerate(refs):
       if not live[k]:
         assert done[k] and float(reward[k]) == 0.0
@@ -284,7 +269,7 @@ def _plan_with_retries(plans):
 
 
 def test_solver_plans_are_accepted_and_succeed():
-  tasks = jax.device_get(_sample(ENV, jax.random.key(7), B))
+  tasks = jax.device_get(vsample(ENV, jax.random.key(7), B))
   plans = [ENV.solve(_one(tasks, k)) for k in range(B)]
   assert all(p[-1] == "<verdict> accept </verdict>" and p[:-1] == ENV.base.solve(_one(tasks, k))
              for k, p in enumerate(plans))
@@ -299,23 +284,23 @@ def test_solver_plans_are_accepted_and_succeed():
 
 
 def test_jit_of_one_episode_equals_the_vmapped_row():
-  tasks = _sample(ENV, jax.random.key(1), B)
-  states, _ = _reset(ENV, jax.random.split(jax.random.key(2), B), tasks)
+  tasks = vsample(ENV, jax.random.key(1), B)
+  states, _ = vreset(ENV, jax.random.split(jax.random.key(2), B), tasks)
   texts = ["<calc> 1 + 1 </calc>", "<answer> 3 </answer>"] * (B // 2)
-  batched = _step(ENV, states, _actions(texts))
+  batched = vstep(ENV, states, _actions(texts))
   single = jax.jit(ENV.step)(_one(states, 1), _one(_actions(texts), 1))
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a)[1], b), batched, single)
 
 
 def test_state_hash_is_deterministic_and_tracks_the_state():
-  tasks = _sample(ENV, jax.random.key(3), B)
+  tasks = vsample(ENV, jax.random.key(3), B)
   keys = jax.random.split(jax.random.key(4), B)
-  s0, _ = _reset(ENV, keys, tasks)
-  again, _ = _reset(ENV, keys, tasks)
+  s0, _ = vreset(ENV, keys, tasks)
+  again, _ = vreset(ENV, keys, tasks)
   np.testing.assert_array_equal(jax.vmap(ENV.state_hash)(s0), jax.vmap(ENV.state_hash)(again))
   acts = _actions(["<answer> 7 </answer>"] * B)
-  s1, _, _, _, i1 = _step(ENV, s0, acts)
-  _, _, _, _, i2 = _step(ENV, again, acts)
+  s1, _, _, _, i1 = vstep(ENV, s0, acts)
+  _, _, _, _, i2 = vstep(ENV, again, acts)
   np.testing.assert_array_equal(i1["state_hash"], i2["state_hash"])
   np.testing.assert_array_equal(jax.vmap(ENV.state_hash)(s1), i1["state_hash"])
   assert (np.asarray(i1["state_hash"]) != np.asarray(jax.vmap(ENV.state_hash)(s0))).all()
@@ -336,6 +321,6 @@ def test_registered_multi_agent_contract_and_bad_config_names_the_field():
       CalcMathVerify(tokenizer=TOK, **kw)
   with pytest.raises(ValueError, match="tokenizer"):
     CalcMathVerify(tokenizer=None)
-  task = _one(jax.device_get(_sample(ENV, jax.random.key(0), B)), 0).replace(num_steps=2)
+  task = _one(jax.device_get(vsample(ENV, jax.random.key(0), B)), 0).replace(num_steps=2)
   with pytest.raises(ValueError, match="max_turns=3"):
     CalcMathVerify(tokenizer=TOK, max_turns=3).solve(task)

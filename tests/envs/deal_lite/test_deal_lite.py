@@ -14,6 +14,7 @@ import pytest
 from agent_rl import envs
 from agent_rl.envs.base import Text
 from agent_rl.envs.deal_lite import DealLite, game
+from batched import vstep
 from conftest import CharTokenizer
 
 TOK = CharTokenizer()
@@ -153,11 +154,6 @@ class RefGame:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-@functools.partial(jax.jit, static_argnums=0)
-def _step(env, states, actions):
-  return jax.vmap(env.step)(states, actions)
-
-
 @functools.partial(jax.jit, static_argnums=(0, 2))
 def _fresh(env, key, n):
   tasks = jax.vmap(env.sample_task)(jax.random.split(key, n))
@@ -218,7 +214,7 @@ def _play(env, bot, seed, steps):
   for _ in range(steps):
     turns = [_random_turn(rng, g.c) for g in refs]
     agents = [g.agent if bot is None else 0 for g in refs]
-    states, obs, reward, done, info = jax.device_get(_step(env, states, _actions(turns)))
+    states, obs, reward, done, info = jax.device_get(vstep(env, states, _actions(turns)))
     for k, g in enumerate(refs):
       was_done, was_walked = g.done, g.walked
       terms, valid, deal, trunc = g.step(ref_parse(_bytes(turns[k])))
@@ -269,7 +265,7 @@ def test_walker_walks_instead_of_its_third_offer():
   tasks, states, _ = _fresh(env, jax.random.key(3), 8)
   keep_all = [TOK.encode("<offer> " + " ".join(map(str, np.asarray(c))) + " </offer>") for c in tasks.counts]
   for t in range(3):
-    states, _, _, done, _ = jax.device_get(_step(env, states, _actions(keep_all)))
+    states, _, _, done, _ = jax.device_get(vstep(env, states, _actions(keep_all)))
     assert list(done) == [t == 2] * 8
   assert np.all(states.walked) and np.all(states.offers[:, 1] == 2) and not np.any(states.deal)
 
@@ -299,7 +295,7 @@ def test_solve_reaches_brute_force_nash_and_host_solutions():
   plans = [ENV.solve(jax.tree.map(lambda x: x[k], tasks)) for k in range(B)]
   assert all(len(p) == 2 and p[1] == "<accept>" for p in plans)
   for t in range(2):
-    states, _, reward, done, info = jax.device_get(_step(ENV, states, _actions([TOK.encode(p[t]) for p in plans])))
+    states, _, reward, done, info = jax.device_get(vstep(ENV, states, _actions([TOK.encode(p[t]) for p in plans])))
   assert np.all(done) and np.all(info["deal"]) and np.all(info["pareto"]) and np.all(info["nash_gap"] == 0)
   for k in range(B):
     c, v = tuple(int(x) for x in tasks.counts[k]), [tuple(int(x) for x in r) for r in tasks.values[k]]
@@ -321,7 +317,7 @@ def test_solve_against_scripted_is_best_first_exchange(bot):
   got = np.zeros(16)
   for t in range(2):
     turns = [TOK.encode(p[min(t, len(p) - 1)]) if t < len(p) else TOK.encode("<walk>") for p in plans]
-    states, _, _, _, info = jax.device_get(_step(env, states, _actions(turns)))
+    states, _, _, _, info = jax.device_get(vstep(env, states, _actions(turns)))
     got += info["reward_terms"][:, 0]
   for k in range(16):
     c, v = tuple(int(x) for x in tasks.counts[k]), [tuple(int(x) for x in r) for r in tasks.values[k]]
