@@ -4,11 +4,11 @@ import math
 
 import chex
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from agent_rl.envs import bandit, base
+import batched
 from conftest import CharTokenizer
 
 TOK = CharTokenizer()
@@ -26,13 +26,7 @@ def _episode(env, keys, tasks, actions):
 
 
 def _actions(texts):
-  toks = np.zeros((N, A_LEN), np.int32)
-  lens = np.zeros((N,), np.int32)
-  for k, t in enumerate(texts):
-    ids = TOK.encode(t)
-    toks[k, :len(ids)] = ids
-    lens[k] = len(ids)
-  return base.Text(tokens=jnp.asarray(toks), length=jnp.asarray(lens))
+  return batched.texts(TOK, texts, A_LEN, rows=N, strict=True)
 
 
 def _tasks(env, seed):

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import arith_reference as ref
 from agent_rl.envs import base, countdown
+import batched
 from batched import vreset, vsample
 from conftest import CharTokenizer
 
@@ -36,13 +37,7 @@ def _tasks(env, seed, n):
 
 
 def _actions(tok, texts, length=A_LEN):
-  toks = np.zeros((B, length), np.int32)
-  lens = np.zeros((B,), np.int32)
-  for k, t in enumerate(texts):
-    ids = tok.encode(t)[:length]
-    toks[k, :len(ids)] = ids
-    lens[k] = len(ids)
-  return base.Text(tokens=jnp.asarray(toks), length=jnp.asarray(lens))
+  return batched.texts(tok, texts, length, rows=B)
 
 
 def _stack(tasks):

@@ -5,15 +5,14 @@ construction errors, state hashes."""
 from fractions import Fraction
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import arith_reference as ar
 from agent_rl import envs
-from agent_rl.envs.base import Text
 from agent_rl.envs.calc_math import CalcMath, calc, problem
+import batched
 from batched import vreset, vsample, vstep
 from calc_math import reference as ref
 from conftest import CharTokenizer
@@ -31,11 +30,7 @@ SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[Healt
 
 
 def _actions(texts):
-  toks, lens = np.zeros((len(texts), A_LEN), np.int32), np.zeros((len(texts),), np.int32)
-  for k, t in enumerate(texts):
-    ids = TOK.encode(t)[:A_LEN]
-    toks[k, :len(ids)], lens[k] = ids, len(ids)
-  return Text(tokens=jnp.asarray(toks), length=jnp.asarray(lens))
+  return batched.texts(TOK, texts, A_LEN)
 
 
 def _one(tree, k):

@@ -11,10 +11,10 @@ import pytest
 
 import arith_reference as ar
 from agent_rl import envs
-from agent_rl.envs.base import Text
 from agent_rl.envs.calc_math import CalcMathVerify, calc
 from agent_rl.envs.calc_math import problem as P
 from agent_rl.envs.tools import errors as E
+import batched
 from batched import vreset, vsample, vstep
 from calc_math import reference as ref
 from conftest import CharTokenizer
@@ -136,12 +136,7 @@ class RefEpisode:
 
 
 def _actions(texts):
-  toks, lens = np.zeros((len(texts), A_LEN), np.int32), np.zeros((len(texts),), np.int32)
-  for k, t in enumerate(texts):
-    ids = TOK.encode(t)
-    assert len(ids) <= A_LEN, t
-    toks[k, :len(ids)], lens[k] = ids, len(ids)
-  return Text(tokens=jnp.asarray(toks), length=jnp.asarray(lens))
+  return batched.texts(TOK, texts, A_LEN, strict=True)
 
 
 def _one(tree, k):

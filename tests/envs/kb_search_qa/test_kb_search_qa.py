@@ -15,9 +15,10 @@ from hypothesis import given, settings, strategies as st
 
 from agent_rl import envs
 from agent_rl.envs import bm25
-from agent_rl.envs.base import Text
 from agent_rl.envs.kb_search_qa import KBSearchQA, KBTask, answer as ans
 from agent_rl.envs.kb_search_qa.world import World, words
+import batched
+from batched import vstep
 from conftest import CharTokenizer
 from tools.test_format import ref_parse
 
@@ -28,23 +29,12 @@ N = 16
 
 
 def turns(strs, a_len=A_LEN):
-  toks = np.zeros((len(strs), a_len), np.int32)
-  lens = np.zeros((len(strs),), np.int32)
-  for i, s in enumerate(strs):
-    ids = TOK.encode(s)[:a_len]
-    toks[i, :len(ids)] = ids
-    lens[i] = len(ids)
-  return Text(tokens=jnp.asarray(toks), length=jnp.asarray(lens))
+  return batched.texts(TOK, strs, a_len)
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def vreset(env, tasks):
   return jax.vmap(env.reset)(jax.random.split(jax.random.key(0), tasks.question.shape[0]), tasks)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def vstep(env, state, action):
-  return jax.vmap(env.step)(state, action)
 
 
 def decode(text, i):

@@ -2,11 +2,12 @@
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from agent_rl.envs.base import Text
 from agent_rl.envs.ledger_stream import LedgerStream
+import batched
+from batched import vstep
 from conftest import CharTokenizer
 
 TOK = CharTokenizer()
@@ -21,13 +22,7 @@ def make_env(**overrides) -> LedgerStream:
 
 
 def turns(strs, a_len=A_LEN) -> Text:
-  toks = np.zeros((len(strs), a_len), np.int32)
-  lens = np.zeros((len(strs),), np.int32)
-  for i, s in enumerate(strs):
-    ids = TOK.encode(s)[:a_len]
-    toks[i, :len(ids)] = ids
-    lens[i] = len(ids)
-  return Text(tokens=jnp.asarray(toks), length=jnp.asarray(lens))
+  return batched.texts(TOK, strs, a_len)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -39,11 +34,6 @@ def vsample(env, keys):
 def vreset(env, tasks):
   n = tasks.events.shape[0]
   return jax.vmap(env.reset)(jax.random.split(jax.random.key(0), n), tasks)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def vstep(env, state, act):
-  return jax.vmap(env.step)(state, act)
 
 
 def sample(env, seed, n):

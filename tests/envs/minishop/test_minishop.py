@@ -13,6 +13,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from agent_rl import envs
 from agent_rl.envs.base import Text
 from agent_rl.envs.minishop import MiniShop, pages
+import batched
+from batched import vstep
 from conftest import CharTokenizer
 from minishop.reference import PyMiniShop
 
@@ -21,13 +23,7 @@ A_LEN = 72
 
 
 def turns(strs, a_len=A_LEN):
-  toks = np.zeros((len(strs), a_len), np.int32)
-  lens = np.zeros((len(strs),), np.int32)
-  for i, s in enumerate(strs):
-    ids = TOK.encode(s)[:a_len]
-    toks[i, :len(ids)] = ids
-    lens[i] = len(ids)
-  return Text(tokens=jnp.asarray(toks), length=jnp.asarray(lens))
+  return batched.texts(TOK, strs, a_len)
 
 
 # One compile per (env, shapes), shared by the tests: batch N, turns of A_LEN tokens.
@@ -42,11 +38,6 @@ def vsample(env, keys):
 @functools.partial(jax.jit, static_argnums=0)
 def vreset(env, tasks):
   return jax.vmap(env.reset)(jax.random.split(jax.random.key(0), tasks.product.shape[0]), tasks)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def vstep(env, state, act):
-  return jax.vmap(env.step)(state, act)
 
 
 @functools.partial(jax.jit, static_argnums=0)
