@@ -35,8 +35,13 @@ def greedy_config(ecfg):
 
 
 def make_baseline_rollout(policy, env, ecfg, pieces) -> RolloutFn:
-  """A jitted greedy `rollout(params, tasks [n_tasks], key) -> (EpisodeBatch [n_tasks], metrics)`
-  of the run's `ecfg` (the EpisodeConfig before strategy.configure)."""
+  """A greedy `rollout(params, tasks [n_tasks], key) -> (EpisodeBatch [n_tasks], metrics)` of
+  the run's `ecfg` (the EpisodeConfig before strategy.configure): compiled for a JAX env; a
+  host env's own loop (`env.runner`: its games' pool, envs/host/text_env.py), whose resets
+  are functions of (task, reset key) as a JAX env's are, so the same starts."""
+  runner = getattr(env, "runner", None)
+  if callable(runner):
+    return runner(policy, greedy_config(ecfg), pieces)
   from agent_rl.rollout.compiled import make_rollout  # the rollout room imports the models room
   return make_rollout(policy, env, greedy_config(ecfg), pieces)
 

@@ -137,9 +137,6 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
                                   env_name=c.env.name, critic=c.model.critic != "none",
                                   strategy=c.rollout.strategy,
                                   info_keys=None if host_runner is None else setup.env.info_keys())
-  if needs.baseline_rollout and host_runner is not None:
-    raise ValueError(f"config.credit.name={c.credit.name!r} needs a greedy baseline rollout, "
-                     "which runs compiled; host envs do not support it yet")
   hindsight.check_env(c, setup.env)
   if c.sft.steps and c.sft.get("plans", "expert") == "route_agreement":
     from agent_rl.agents import hera

@@ -1,5 +1,7 @@
 """ReMax's greedy baseline rollout (credit/baseline.py): it is greedy, it starts each task from
-the sampled rollout's initial state, and remax = return - greedy return of the same task."""
+the sampled rollout's initial state, and remax = return - greedy return of the same task; for a
+JAX env (the compiled rollout) and a host env (the KeyRoom toy through its games' pool)."""
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -24,15 +26,45 @@ ECFG = EpisodeConfig(sampler=SamplerConfig(temperature=1.0, max_tokens=6, stop_t
 N_TASKS = 4
 
 
-@pytest.fixture(scope="module")
-def setup():
+@dataclasses.dataclass
+class World:
+  pol: object
+  params: object
+  tasks: object
+  key: jax.Array
+  make: object  # EpisodeConfig -> the rollout of this world (compiled, or the host env's loop)
+  baseline_fn: object
+  sampled: object
+
+
+def _jax_world():
   pol, params = toy.tiny_policy(seed=1)
   env = toy.GuessEnv()
-  tk = toy.tasks(N_TASKS, key=7)
+  return pol, params, env, ECFG, toy.PIECES, toy.tasks(N_TASKS, key=7), (
+      lambda cfg: make_rollout(pol, env, cfg, toy.PIECES))
+
+
+def _host_world():
+  from agent_rl.rollout.layout import chat_pieces
+  from agent_rl.tokenizers.chat import stop_ids
+  from tests.envs.host.helpers import TOK, _env, _policy
+  pol, params = _policy()
+  env = _env(n=N_TASKS * ECFG.group_size, fmt="answer")
+  ecfg = dataclasses.replace(ECFG, sampler=dataclasses.replace(ECFG.sampler,
+                                                               stop_tokens=stop_ids(TOK)))
+  pieces = chat_pieces(TOK, env.instruction, "sys")
+  tasks = jax.vmap(env.sample_task)(jax.random.split(jax.random.key(7), N_TASKS))
+  return pol, params, env, ecfg, pieces, tasks, lambda cfg: env.runner(pol, cfg, pieces)
+
+
+@pytest.fixture(scope="module", params=["jax", "host"])
+def setup(request):
+  pol, params, env, ecfg, pieces, tasks, make = {"jax": _jax_world, "host": _host_world}[
+      request.param]()
   key = jax.random.PRNGKey(11)
-  baseline_fn = make_baseline_rollout(pol, env, ECFG, toy.PIECES)
-  sampled, _ = make_rollout(pol, env, ECFG, toy.PIECES)(params, tk, key)
-  return pol, params, env, tk, key, baseline_fn, sampled
+  baseline_fn = make_baseline_rollout(pol, env, ecfg, pieces)
+  sampled, _ = make(ecfg)(params, tasks, key)
+  return World(pol, params, tasks, key, lambda: make(ecfg), baseline_fn, sampled)
 
 
 def first_loss_index(batch):
@@ -40,7 +72,8 @@ def first_loss_index(batch):
 
 
 def test_baseline_rollout_is_greedy(setup):
-  pol, params, _, tk, key, baseline_fn, sampled = setup
+  pol, params, tk, key, baseline_fn, sampled = (setup.pol, setup.params, setup.tasks, setup.key,
+                                                setup.baseline_fn, setup.sampled)
   g = greedy_config(ECFG)
   assert g.sampler.greedy and g.group_size == 1 and g.gate is None and g.search is None
   greedy, _ = baseline_fn(params, tk, key)
@@ -58,7 +91,8 @@ def test_baseline_rollout_is_greedy(setup):
 
 
 def test_remax_subtracts_the_greedy_return_of_the_same_task(setup):
-  _, params, _, tk, key, baseline_fn, sampled = setup
+  params, tk, key, baseline_fn, sampled = (setup.params, setup.tasks, setup.key,
+                                           setup.baseline_fn, setup.sampled)
   out, metrics = attach_baseline_return(sampled, baseline_fn, params, tk, key)
   greedy, _ = baseline_fn(params, tk, key)
   rew, val = np.asarray(sampled.reward, np.float64), np.asarray(sampled.valid)
@@ -87,8 +121,8 @@ def test_remax_subtracts_the_greedy_return_of_the_same_task(setup):
 
 
 def test_attach_refuses_a_non_greedy_group_rollout(setup):
-  pol, params, env, tk, key, _, sampled = setup
-  grouped = make_rollout(pol, env, ECFG, toy.PIECES)  # G = 3 episodes per task
+  params, tk, key, sampled = setup.params, setup.tasks, setup.key, setup.sampled
+  grouped = setup.make()  # G = 3 episodes per task
   with pytest.raises(ValueError, match="make_baseline_rollout"):
     attach_baseline_return(sampled, grouped, params, tk, key)
   with pytest.raises(ValueError, match="baseline_return"):

@@ -74,12 +74,15 @@ def test_host_run_with_pool_matches_in_process(tmp_path):
       assert x[k] == pytest.approx(y[k], rel=1e-5, abs=1e-6), k
 
 
-@pytest.mark.parametrize("strategy", ["plain", pytest.param("dapo", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("strategy", ["plain", pytest.param("dapo", marks=pytest.mark.slow),
+                                      pytest.param("remax", marks=pytest.mark.slow)])
 def test_host_run_resets_ahead_without_changing_the_run(tmp_path, monkeypatch, strategy):
   """`env.host.prefetch_resets`: the next iteration's resets start in the workers before the
   update (after it when an evaluation comes first) and the rollout claims them (the strategy's
   first key: DAPO folds its key) — the metrics are those of a run without it, bit for bit.
-  The host split of each iteration's time is in the metrics."""
+  The host split of each iteration's time is in the metrics. "remax": the plain strategy with
+  ReMax's credit, whose greedy baseline rollout resets the same games again after the rollout
+  (before the resets ahead start)."""
   from agent_rl.envs.host.pool import GamePool
   claimed = []
   claim = GamePool._claim
@@ -88,7 +91,10 @@ def test_host_run_resets_ahead_without_changing_the_run(tmp_path, monkeypatch, s
   for ahead in (True, False):
     c = host_config(workers=1, iterations=3)
     c.train.eval_every, c.env.host.prefetch_resets = 2, ahead
-    c.rollout.strategy = strategy
+    if strategy == "remax":
+      c.credit.name = "remax"
+    else:
+      c.rollout.strategy = strategy
     if strategy == "dapo":
       c.rollout.strategy_kwargs = dict(max_num_gen_batches=1)
     wd = str(tmp_path / f"{ahead}")
@@ -101,6 +107,8 @@ def test_host_run_resets_ahead_without_changing_the_run(tmp_path, monkeypatch, s
       assert len(rl) == 3 and all(r["time/policy_s"] > 0 for r in rl)
   assert len(claimed) == 2
   assert recs[True] == recs[False]
+  if strategy == "remax":
+    assert sum("remax/baseline_return" in r for r in recs[True]) == 3
 
 
 @pytest.mark.parametrize("field,value,match", [
