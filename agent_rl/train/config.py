@@ -62,6 +62,8 @@ def base_config() -> mlc.ConfigDict:
       overlap=True,  # two half-batches in flight (rollout/overlap.py)
       # the next iteration's resets start in the workers before the update (pool.py)
       prefetch_resets=True,
+      # hindsight teachers (config.hindsight) read each task's expert plan, cut to this
+      privileged_tokens=128,
       # Several agents on a game without roles of its own (envs/host/roles.py): comma lists.
       roles="", schedule="",  # role names; who acts turn t ("" = round robin)
       offset_by_task=False,  # each task's episodes start at a different point of the schedule

@@ -2,7 +2,8 @@
 
 TRIAL / StepOPSD-style credit (ALGORITHMS.md, `losses.distill.hindsight_gap_advantages`): a
 teacher that sees what the student could not (the goal's hidden attributes, where the hidden
-objects are: `env.privileged_text(task)`) scores the student's sampled tokens; the gap
+objects are: `env.privileged_text(task)`; a host game's expert plan from the rollout's start,
+`TextHostEnv.privileged_plans`) scores the student's sampled tokens; the gap
 log pi_T(y_t) - log pi(y_t) reweights the task advantages. The teacher is the current policy
 itself (no second model): only its context differs.
 
@@ -24,10 +25,12 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from agent_rl.envs.base import Text
 from agent_rl.losses.distill import hindsight_gap_advantages
 from agent_rl.rollout.batch import EpisodeBatch
+from agent_rl.rollout.compiled import episode_keys
 
 # Strategies whose episodes keep the rollout's order (episode i plays task i // G).
 ORDER_KEEPING = ("plain", "selective_gate", "tsr", "branch")
@@ -35,9 +38,20 @@ ORDER_KEEPING = ("plain", "selective_gate", "tsr", "branch")
 
 def episode_privileged(env, tasks, group_size: int) -> Text:
   """`Text [N, P]`: each episode's privileged text (task i // G's)."""
-  priv = jax.vmap(env.privileged_text)(tasks)
-  rep = lambda x: jnp.repeat(x, group_size, axis=0)
+  return _per_episode(jax.vmap(env.privileged_text)(tasks), group_size)
+
+
+def _per_episode(priv: Text, group_size: int) -> Text:
+  rep = lambda x: jnp.repeat(jnp.asarray(x), group_size, axis=0)  # noqa: E731
   return Text(tokens=rep(priv.tokens), length=rep(priv.length))
+
+
+def host_episode_privileged(env, tasks, reset_keys, group_size: int, width: int) -> Text:
+  """`Text [N, width]`: a host env's privileged text of each episode, its task's expert plan
+  from the rollout's start (`TextHostEnv.privileged_plans`: the plan depends on the reset
+  seed, not only the task). tasks `[n_tasks]`, reset_keys `[n_tasks, 2]`: the rollout's."""
+  return _per_episode(env.privileged_plans(np.asarray(tasks), np.asarray(reset_keys), width),
+                      group_size)
 
 
 def prefixed_rows(tok, pos, attn, priv: Text):
@@ -114,11 +128,18 @@ def _episode_privileged_jit(env, tasks, group_size):
   return episode_privileged(env, tasks, group_size)
 
 
-def rescore(run, lm_params, tasks, batch: EpisodeBatch, rows):
+def rescore(run, lm_params, tasks, k_roll, batch: EpisodeBatch, rows):
   """The RL phase's hindsight step: privileged log-probs of the batch under the current
-  policy, then the reweighted rows (`config.hindsight`) and their metrics."""
+  policy, then the reweighted rows (`config.hindsight`) and their metrics. k_roll: the
+  iteration's rollout key (a host env's plans start where the rollout's resets did)."""
   c, env = run.c, run.setup.env
-  priv = _episode_privileged_jit(env, tasks, c.rollout.group_size)
+  if callable(getattr(env, "privileged_plans", None)):
+    reset_keys = episode_keys(run.strategy.first_key(k_roll), c.rollout.num_tasks,
+                              c.rollout.group_size)[0]
+    priv = host_episode_privileged(env, tasks, reset_keys, c.rollout.group_size,
+                                   c.env.host.privileged_tokens)
+  else:
+    priv = _episode_privileged_jit(env, tasks, c.rollout.group_size)
   tlp = privileged_logprobs(run.spec.lm_graphdef, lm_params, batch, priv,
                             mode=run.setup.agents.mode, chunks=run.forward_chunks)
   h = c.hindsight
@@ -127,7 +148,9 @@ def rescore(run, lm_params, tasks, batch: EpisodeBatch, rows):
 
 
 def check_env(c, env) -> None:
-  """At start-up: a hindsight run's env must provide the privileged text."""
-  if c.hindsight.mode and not callable(getattr(env, "privileged_text", None)):
+  """At start-up: a hindsight run's env must provide the privileged text (a host env: its
+  games' expert plans)."""
+  if c.hindsight.mode and not any(callable(getattr(env, f, None))
+                                  for f in ("privileged_text", "privileged_plans")):
     raise ValueError(f"config.hindsight.mode={c.hindsight.mode!r}: env {c.env.name!r} has no "
                      "privileged_text(task) (the text the hindsight teacher reads)")

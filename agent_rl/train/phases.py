@@ -313,7 +313,7 @@ def rl_batch(run: Run, prog: Progress, it: int):
   batch, smetrics, shaper_state = shapers.apply_shapers(c, batch, prog.meta.shaper_state)
   rows = freeze_rows(learner.prepare_jit(batch, run.credit_fn(batch)), run.setup.agents.frozen)
   if c.hindsight.mode:  # TRIAL-style: the policy with privileged context rescores the tokens
-    rows, hmetrics = hindsight.rescore(run, params["lm"], tasks, batch, rows)
+    rows, hmetrics = hindsight.rescore(run, params["lm"], tasks, k_roll, batch, rows)
     rmetrics = {**rmetrics, **hmetrics}
   return rows, {**rmetrics, **smetrics}, batch, shaper_state, k_upd
 

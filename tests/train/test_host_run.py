@@ -111,6 +111,31 @@ def test_host_run_resets_ahead_without_changing_the_run(tmp_path, monkeypatch, s
     assert sum("remax/baseline_return" in r for r in recs[True]) == 3
 
 
+def test_host_run_with_a_hindsight_teacher_reading_the_expert_plans(tmp_path, monkeypatch):
+  """`config.hindsight` on a host game: the teacher's privileged text is each task's expert plan
+  from the rollout's own starts (TextHostEnv.privileged_plans with the tasks and reset keys of
+  the reset just before it), and the gap moves the advantages."""
+  import numpy as np
+  from agent_rl.envs.host.text_env import TextHostEnv
+  calls = []
+  reset, plans = TextHostEnv.reset, TextHostEnv.privileged_plans
+  monkeypatch.setattr(TextHostEnv, "reset", lambda self, t, k, g: calls.append(
+      ("reset", np.array(t), np.array(k))) or reset(self, t, k, g))
+  monkeypatch.setattr(TextHostEnv, "privileged_plans", lambda self, t, k, w: calls.append(
+      ("plans", np.array(t), np.array(k))) or plans(self, t, k, w))
+  c = host_config(workers=0, iterations=2)
+  c.hindsight.mode, c.env.host.privileged_tokens = "bonus", 48  # moves even zero advantages
+  run(c, str(tmp_path))
+  recs = [r for r in _records(str(tmp_path)) if "hindsight/gap" in r]
+  assert len(recs) == 2 and all(r["hindsight/adv_change"] > 0 for r in recs)
+  at = [i for i, call in enumerate(calls) if call[0] == "plans"]
+  assert len(at) == 2
+  for i in at:
+    last = [x for x in calls[:i] if x[0] == "reset"][-1]
+    np.testing.assert_array_equal(calls[i][1], last[1])
+    np.testing.assert_array_equal(calls[i][2], last[2])
+
+
 @pytest.mark.parametrize("field,value,match", [
     ("env.name", "host:nope", "registered: .*host:toy"),
     ("env.host.workers", -1, "env.host.workers"),
@@ -119,6 +144,7 @@ def test_host_run_resets_ahead_without_changing_the_run(tmp_path, monkeypatch, s
     ("env.host.score_scale", 0.0, "env.host.score_scale"),
     ("rollout.strategy", "tsr", "rollout.strategy"),
     ("sft.world_model", True, "sft.world_model"),
+    ("env.host.privileged_tokens", 0, "env.host.privileged_tokens"),
     ("env.host.role_scales", "1,2", "env.host.role_scales needs env.host.roles"),
 ])
 def test_host_config_is_validated_before_anything_builds(field, value, match):

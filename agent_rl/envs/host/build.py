@@ -89,7 +89,8 @@ def validate(c, need) -> None:
        f"others ({', '.join(UNSUPPORTED_STRATEGIES)} are JAX-env only)")
   need(not c.sft.world_model, "sft.world_model",
        "world-model SFT renders a JAX env's states; host envs take plain expert demos only")
-  need(not c.hindsight.mode, "hindsight.mode", "host envs have no privileged text")
+  need(h.privileged_tokens >= 1, "env.host.privileged_tokens",
+       f"must be >= 1, got {h.privileged_tokens}")
 
 
 def pool_games(c) -> int:

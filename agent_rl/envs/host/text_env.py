@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agent_rl.envs.base import Text
 from agent_rl.envs.host.game import GameObs, GameStep
 from agent_rl.envs.host.pool import Failed, GamePool
 from agent_rl.envs.host.roles import host_roles
@@ -79,6 +80,7 @@ def raw_command(text: str, max_answer_bytes: int = 256) -> Optional[str]:
 INVALID_TEXT = {"answer": "Invalid action. Reply with one command as <answer>command</answer>.",
                 "raw": "Invalid action. Reply with one command."}
 FAILED_TEXT = "The game stopped responding; this episode has ended."
+PLAN_PREFIX = "Expert plan: "  # privileged_plans
 
 
 def present(obs: GameObs, admissible: bool) -> str:
@@ -179,6 +181,16 @@ class TextHostEnv:
                        f"{self.pool.num_games} games")
     items = [(r, (self.task_ids[int(i)], reset_seed(keys[r]))) for r, i in enumerate(idx)]
     return [p if isinstance(p, list) else None for p in self.pool.call("expert", items)]
+
+  def privileged_plans(self, tasks, reset_keys, width: int) -> Text:
+    """`Text [n, width]` (host arrays), a JAX env's `privileged_text` for hindsight teachers
+    (train/hindsight.py): the expert plan from each start of tasks `[n]` and reset keys
+    `[n, 2]` (expert_plans) as "Expert plan: c1; c2; ...", cut to `width` tokens; empty
+    where the game has no plan."""
+    texts = ["" if p is None else PLAN_PREFIX + "; ".join(p)
+             for p in self.expert_plans(tasks, reset_keys)]
+    tok, length, _ = self._tokenize(texts, width)
+    return Text(tokens=tok, length=length)
 
   def sample_task(self, key: jax.Array) -> jax.Array:
     """A task: an int32 index into `task_ids`, uniform."""
@@ -357,16 +369,17 @@ class TextHostEnv:
       text = role_line(self.roles[self._next[r]]) + text
     return text
 
-  def _tokenize(self, texts: Sequence[str]):
-    """tokens [n, obs_len] int32 (pad_id after the length), length [n], truncated [n]."""
+  def _tokenize(self, texts: Sequence[str], width: Optional[int] = None):
+    """tokens [n, width (default obs_len)] int32 (pad_id after), length [n], truncated [n]."""
     t0 = time.perf_counter()
-    tok = np.full((len(texts), self.obs_len), self.tokenizer.pad_id, np.int32)
+    width = self.obs_len if width is None else int(width)
+    tok = np.full((len(texts), width), self.tokenizer.pad_id, np.int32)
     length = np.zeros((len(texts),), np.int32)
     trunc = np.zeros((len(texts),), bool)
     for i, t in enumerate(texts):
       ids = list(self.tokenizer.encode(t))
-      trunc[i] = len(ids) > self.obs_len
-      ids = ids[:self.obs_len]
+      trunc[i] = len(ids) > width
+      ids = ids[:width]
       tok[i, :len(ids)] = ids
       length[i] = len(ids)
     self.stats["tokenize_s"] += time.perf_counter() - t0
