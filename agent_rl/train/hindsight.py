@@ -143,8 +143,10 @@ def rescore(run, lm_params, tasks, k_roll, batch: EpisodeBatch, rows):
   tlp = privileged_logprobs(run.spec.lm_graphdef, lm_params, batch, priv,
                             mode=run.setup.agents.mode, chunks=run.forward_chunks)
   h = c.hindsight
-  return reweight(rows, tlp, mode=h.mode, beta=h.beta, gap_clip=h.gap_clip,
-                  normalize=h.normalize)
+  rows, metrics = reweight(rows, tlp, mode=h.mode, beta=h.beta, gap_clip=h.gap_clip,
+                           normalize=h.normalize)
+  # How much the teacher read (0 where a host game had no plan: teacher = student there).
+  return rows, {**metrics, "hindsight/privileged_tokens": jnp.mean(priv.length.astype(jnp.float32))}
 
 
 def check_env(c, env) -> None:

@@ -128,6 +128,7 @@ def test_host_run_with_a_hindsight_teacher_reading_the_expert_plans(tmp_path, mo
   run(c, str(tmp_path))
   recs = [r for r in _records(str(tmp_path)) if "hindsight/gap" in r]
   assert len(recs) == 2 and all(r["hindsight/adv_change"] > 0 for r in recs)
+  assert all(10 < r["hindsight/privileged_tokens"] <= 48 for r in recs)  # the plans, read
   at = [i for i, call in enumerate(calls) if call[0] == "plans"]
   assert len(at) == 2
   for i in at:
