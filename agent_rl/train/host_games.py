@@ -12,15 +12,19 @@ def can_reset_ahead(c, env) -> bool:
   return bool(c.env.host.prefetch_resets) and callable(getattr(env, "prefetch_reset", None))
 
 
+def rollout_reset_keys(c, strategy, k_roll):
+  """`[num_tasks, 2]`: the reset keys of an iteration's rollout of rollout key `k_roll` (the
+  strategy's `first_key` is the key its first rollout call uses): where its games start."""
+  return episode_keys(strategy.first_key(k_roll), c.rollout.num_tasks, c.rollout.group_size)[0]
+
+
 def reset_ahead(c, env, strategy, tasks, k_roll) -> None:
   """Starts the resets of the rollout of `tasks [num_tasks]` and rollout key `k_roll` in the
   env's workers (GamePool.prefetch), so they run beside what the main process does until
   that rollout (the update, an evaluation); its reset collects them, the same observations
-  as a reset then (a reset is a function of task and seed). The strategy's `first_key` is
-  the key its first rollout call uses."""
-  reset_keys = episode_keys(strategy.first_key(k_roll), c.rollout.num_tasks,
-                            c.rollout.group_size)[0]
-  env.prefetch_reset(np.asarray(tasks), np.asarray(reset_keys), c.rollout.group_size)
+  as a reset then (a reset is a function of task and seed)."""
+  env.prefetch_reset(np.asarray(tasks), np.asarray(rollout_reset_keys(c, strategy, k_roll)),
+                     c.rollout.group_size)
 
 
 def time_metrics(roll_fn, before: dict) -> dict:
