@@ -26,7 +26,8 @@ VARIANTS = {"ragen_sokoban": ["tiny", "tiny,ppo,kl_reward", "tiny,starpo_s,kl"],
             "search_r1_kbqa": ["tiny", "tiny,ppo"], "pica_kbqa": ["tiny"], "carl_kbqa": ["tiny"],
             "uma_ledger": ["tiny", "tiny,grpo"],
             # Host games (issue 20): the real package in worker processes.
-            "textworld_cooking": ["tiny"], "gigpo_alfworld": ["tiny", "tiny,grpo"],
+            "textworld_cooking": ["tiny", "tiny,hindsight"],
+            "gigpo_alfworld": ["tiny", "tiny,grpo"],
             "scienceworld": ["tiny"],
             # Several agents (issue 21).
             "drmas_calcmath": ["tiny"], "ibrl_deal": ["tiny"],
@@ -63,6 +64,7 @@ SLOW = {"gigpo_texthouse:tiny", "gigpo_minishop:tiny", "beacon_texthouse:tiny",
         "cleaner_calcmath:tiny", "cleaner_calcmath:tiny,fatal", "cleaner_calcmath:tiny,grpo",
         "search_r1_kbqa:tiny", "search_r1_kbqa:tiny,ppo", "pica_kbqa:tiny", "carl_kbqa:tiny",
         "uma_ledger:tiny", "uma_ledger:tiny,grpo", "textworld_cooking:tiny",
+        "textworld_cooking:tiny,hindsight",
         "gigpo_alfworld:tiny", "gigpo_alfworld:tiny,grpo", "scienceworld:tiny",
         # The solver/verifier world's mechanics are ibrl_deal's (tests/agents/test_run.py).
         "drmas_calcmath:tiny",
