@@ -173,7 +173,8 @@ def test_host_sft_demos_replay_the_games_expert_plans():
   import numpy as np
   from agent_rl.data.host_demos import host_demo_batches
   from agent_rl.envs.host.pool import GamePool
-  from agent_rl.envs.host.text_env import TextHostEnv, reset_seed
+  from agent_rl.envs.host.text_env import TextHostEnv
+  from agent_rl.envs.host.text_rules import reset_seed
   from agent_rl.envs.host.toy import KeyRoomGame
   from agent_rl.eval.evaluate import episode_config
   from agent_rl.rollout.compiled import episode_keys

@@ -62,7 +62,7 @@ def extras_of(h) -> tuple[str, ...]:
 
 def validate(c, need) -> None:
   """Host-env fields, before anything is built (`need(cond, field, msg)` of config.validate)."""
-  from agent_rl.envs.host.text_env import ACTION_FORMATS
+  from agent_rl.envs.host.text_rules import ACTION_FORMATS
   known = load_adapters()
   name, h = adapter_name(c.env.name), c.env.host
   need(name in ADAPTERS, "env.name",
@@ -126,7 +126,7 @@ def corpus(c, num_tasks: int = 16, steps: int = 6) -> list[str]:
   `num_tasks` games played in this process along their admissible commands (a fixed,
   deterministic walk), the answers, and the env's own messages."""
   from agent_rl.envs.host.game import game_roles
-  from agent_rl.envs.host.text_env import FAILED_TEXT, INVALID_TEXT, present
+  from agent_rl.envs.host.text_rules import FAILED_TEXT, INVALID_TEXT, present
   from agent_rl.envs.roles import role_line, roles_instruction
   from agent_rl.train.setup import SYSTEM_PROMPT
   load_adapters()

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from agent_rl.envs.host.pool import GamePool
-from agent_rl.envs.host.text_env import (ACTION_FORMATS, INVALID_TEXT, TextHostEnv, present,
-                                         reset_seed)
+from agent_rl.envs.host.text_env import TextHostEnv
+from agent_rl.envs.host.text_rules import ACTION_FORMATS, INVALID_TEXT, present, reset_seed
 from agent_rl.envs.host.toy import KeyRoomDuo, KeyRoomGame
 from agent_rl.rollout.bridge import HostRollout
 from agent_rl.rollout.layout import chat_pieces

@@ -3,7 +3,7 @@ import jax
 import numpy as np
 import pytest
 
-from agent_rl.envs.host.text_env import ACTION_FORMATS
+from agent_rl.envs.host.text_rules import ACTION_FORMATS
 from agent_rl.rollout.bridge import HostRollout
 from agent_rl.rollout.layout import chat_pieces
 from agent_rl.rollout.overlap import OverlapRollout, make_host_rollout

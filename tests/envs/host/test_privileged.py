@@ -3,7 +3,7 @@ plan from the rollout's start, against the game's own `expert` on a fresh game."
 import jax
 import numpy as np
 
-from agent_rl.envs.host.text_env import PLAN_PREFIX, reset_seed
+from agent_rl.envs.host.text_rules import PLAN_PREFIX, reset_seed
 from agent_rl.envs.host.toy import KeyRoomGame
 from agent_rl.rollout.compiled import episode_keys
 from agent_rl.train.hindsight import host_episode_privileged

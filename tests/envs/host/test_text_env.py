@@ -7,8 +7,9 @@ from hypothesis import given, settings, strategies as st
 from agent_rl.envs.base import Text
 from agent_rl.envs.host.game import GameObs
 from agent_rl.envs.host.pool import GamePool
-from agent_rl.envs.host.text_env import (ACTION_FORMATS, INVALID_TEXT, TextHostEnv,
-                                         answer_command, present, reset_seed)
+from agent_rl.envs.host.text_env import TextHostEnv
+from agent_rl.envs.host.text_rules import (ACTION_FORMATS, INVALID_TEXT, answer_command, present,
+                                           reset_seed)
 from agent_rl.envs.host.toy import KeyRoomGame
 from agent_rl.tokenizers import ByteTokenizer
 
