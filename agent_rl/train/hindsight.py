@@ -30,6 +30,7 @@ import numpy as np
 from agent_rl.envs.base import Text
 from agent_rl.losses.distill import hindsight_gap_advantages
 from agent_rl.rollout.batch import EpisodeBatch
+from agent_rl.train import host_games
 
 # Strategies whose episodes keep the rollout's order (episode i plays task i // G).
 ORDER_KEEPING = ("plain", "selective_gate", "tsr", "branch")
@@ -133,9 +134,9 @@ def rescore(run, lm_params, tasks, k_roll, batch: EpisodeBatch, rows):
   iteration's rollout key (a host env's plans start where the rollout's resets did)."""
   c, env = run.c, run.setup.env
   if callable(getattr(env, "privileged_plans", None)):
-    from agent_rl.train.host_games import rollout_reset_keys
-    priv = host_episode_privileged(env, tasks, rollout_reset_keys(c, run.strategy, k_roll),
-                                   c.rollout.group_size, c.env.host.privileged_tokens)
+    reset_keys = host_games.rollout_reset_keys(c, run.strategy, k_roll)
+    priv = host_episode_privileged(env, tasks, reset_keys, c.rollout.group_size,
+                                   c.env.host.privileged_tokens)
   else:
     priv = _episode_privileged_jit(env, tasks, c.rollout.group_size)
   tlp = privileged_logprobs(run.spec.lm_graphdef, lm_params, batch, priv,
