@@ -45,16 +45,19 @@ cooked in the stove, a pork chop "cooked in toaster", a "chop" step skipped) or 
 "prepare meal" before the ingredient is ready. The config is the recipe for the real
 package at scale; at tiny scale it shows the path works end to end and learns on its own
 games, not that it generalizes.
-`tiny,hindsight` (seed 0, one run, 2026-12-05, alone: 8 min 29 s, peak RSS 8.0 GB; an RL
-iteration ~16 s: the teacher pass over rows with the 55-58-token plan in front, and TWX's
-gold paths once an iteration) **collapses, as TRIAL does on MiniShop**
-(configs/trial_minishop.py, 3 seeds): from the same SFT policy, training rollouts win 0.25 in
-the first 5 iterations and 0.01 in the last 5 (GRPO: 0.24 -> 0.29), held-out reward 0.06 ->
--0.30 after RL (GRPO 0.08); the gap is negative every iteration (-0.02 to -0.10 nats a token:
-the network never read a plan in training) and the per-row weights raise the gradient norm
-(0.7-2.4; GRPO's 0.2-0.5). GRPO rerun beside it on this tree (5 min 39 s): the numbers above, to
-the digit. Not a 3-seed comparison: the variant is the recipe for a teacher that can read its
-privileged text (SFT on it first), which this tiny policy is not.
+`tiny,hindsight` vs `tiny` (GRPO), seeds 0-2, 2026-12-05, one run at a time on the quiet
+2-core CPU (8 min 7-30 s a hindsight run, peak RSS 8.0 GB in seed 0: an RL iteration ~16 s, the
+teacher pass over rows with the 55-58-token plan in front and the gold paths once an iteration;
+GRPO 5 min 37-45 s). The hindsight arm **collapses in every seed, as TRIAL does on MiniShop**
+(configs/trial_minishop.py), the opposite of the method's claim: held-out reward after RL
+-0.12 +- 0.16 (-0.30 / -0.08 / +0.01) against GRPO's 0.09 +- 0.01 (0.08 / 0.11 / 0.10), from
+the same SFT policy per seed (0.06 / 0.07 / 0.16); training rollouts win 0.04 +- 0.03 in the
+last 5 iterations (GRPO 0.35 +- 0.06), from 0.25-0.41 in the first 5; held-out success 0.00
+in every run, avg@4 0.00 (GRPO 0.005). Seed 0: the gap is negative every iteration (-0.02 to
+-0.10 nats a token: the network never read a plan in training) and the per-row weights raise
+the gradient norm (0.7-2.4; GRPO's 0.2-0.5). GRPO seed 0 reruns the numbers above to the
+digit. The variant is the recipe for a teacher that can read its privileged text (SFT on it
+first), which this tiny policy is not.
 """
 from agent_rl.train.config import scaled_config
 
