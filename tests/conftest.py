@@ -9,6 +9,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
   os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
+# LLVM at -O0 for the programs tests compile: an end-to-end test's time is mostly XLA:CPU
+# compiling its programs, and the backend's optimization passes are most of that. The HLO
+# passes (fusion, layout, sharding) are unchanged, so results agree with the default to the
+# tests' tolerances and every bit-exact comparison compiles both sides alike. Measured on the
+# 2-core box (full suite, `-n 2`): 1,908 s -> 1,307 s, all passing; a compute-bound run (the
+# slow main-job test) is ~10% slower (222 s -> 246 s). Set a level in XLA_FLAGS to override.
+if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
+  os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
 
 # A persistent XLA compilation cache shared by the test processes is OPT-IN
 # (AGENT_RL_TEST_COMPILATION_CACHE=1): compilation, not compute, is most of an end-to-end

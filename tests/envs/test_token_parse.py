@@ -58,9 +58,13 @@ class MergeTokenizer:
     return t, np.array([len(r) for r in rows], np.int32)
 
 
+_DIRS: list = []
+
+
 def _synthetic(vocab_size):
   """A byte-level BPE (Qwen's format) of random merges: pieces straddle tags, words and "|"."""
-  out = os.path.join(tempfile.mkdtemp(prefix="synth_bpe_"), "tok")
+  _DIRS.append(tempfile.TemporaryDirectory(prefix="synth_bpe_"))  # removed at exit
+  out = os.path.join(_DIRS[-1].name, "tok")
   return load_hf(synthetic_byte_level(out, vocab_size, seed=1, words=[
       "up", "Down", "LEFT", "right", "<answer>", "</answer>", "||", " || ", "go on"]))
 

@@ -17,6 +17,7 @@ WORDS = ["the", "box", "is", "at", "up", "down", "left", "right", "wall", "goal"
          "||", "#_P", "_O#", "(3, 4).", "12", "2048", "\t", "  ", "\n", "\n\n", "don't", "it's"]
 PADS = {"llama3": "<|end_of_text|>"}   # Llama-3 ships without a pad token
 _CACHE: dict = {}
+_DIRS: list = []  # TemporaryDirectory objects: removed when the test process exits
 
 
 def corpus(n: int = 400, seed: int = 0) -> list[str]:
@@ -28,7 +29,8 @@ def corpus(n: int = 400, seed: int = 0) -> list[str]:
 def hf_dir(style: str, template: str | None = None, vocab_size: int = 700) -> str:
   key = (style, template, vocab_size)
   if key not in _CACHE:
-    out = os.path.join(tempfile.mkdtemp(prefix=f"hf_{style}_"), "tok")
+    _DIRS.append(tempfile.TemporaryDirectory(prefix=f"hf_{style}_"))
+    out = os.path.join(_DIRS[-1].name, "tok")
     src = None if template is None else templates.TEMPLATES[template]
     _CACHE[key] = train_hf_tokenizer(corpus(), out, vocab_size, style=style, chat_template=src)
   return _CACHE[key]

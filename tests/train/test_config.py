@@ -11,6 +11,7 @@ import pytest
 
 from agent_rl.train.config import base_config, validate
 from agent_rl.train.variants import parse_variants
+from tests.train.tiny import ROOT, child_env
 
 
 def _cfg(**over):
@@ -66,7 +67,6 @@ def test_model_dtype_overrides_reach_the_model_config():
 
 # --- variants (`get_config("tiny,ppo")`) -------------------------------------------------------
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = sorted(glob.glob(os.path.join(ROOT, "configs", "*.py")))
 
 
@@ -189,7 +189,7 @@ def test_cli_keeps_field_types_and_rejects_unknown_fields(monkeypatch):
 
 
 def test_entry_point_rejects_a_wrong_kwarg_before_compiling(tmp_path):
-  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  env = child_env()
   p = subprocess.run([sys.executable, "-m", "agent_rl.train",
                       "--config=configs/ragen_sokoban.py:tiny", f"--workdir={tmp_path}",
                       "--config.credit.name=gigpo", "--config.credit.kwargs.gama=0.95"],

@@ -4,13 +4,12 @@ one process with 8 devices, with the same metrics; the mesh puts `data` across t
 processes (DCN) and `fsdp` inside each (ICI), as on a two-slice pod. The learner's rows are
 cut to length buckets (`train.length_bucket`), whose length both processes must agree on.
 """
-import os
 import subprocess
 
 from agent_rl.train.run import run
 from tests.train.test_sharded import assert_close, records, sharded_config
+from tests.train.tiny import ROOT, child_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def config(num_devices):
@@ -35,8 +34,7 @@ def test_two_processes_match_one_process(tmp_path):
   # No persistent compilation cache (tests/conftest.py) in the two processes: they compile
   # the same programs at the same time, so it saves nothing here, and only process 0
   # would write entries that process 1 then loads mid-run.
-  env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS="", LOCAL_KILL_AFTER="10",
-             JAX_ENABLE_COMPILATION_CACHE="false")
+  env = child_env(LOCAL_KILL_AFTER="10", JAX_ENABLE_COMPILATION_CACHE="false")
   proc = subprocess.run(["bash", "launch/local.sh", "--processes=2", "--fake-devices=4",
                          f"--config={cfg}", f"--workdir={multi}"], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=900)

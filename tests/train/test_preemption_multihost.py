@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.train.tiny import ROOT, child_env
 
 
 def _port() -> int:
@@ -33,10 +33,8 @@ def test_sigterm_to_one_process_saves_on_both(tmp_path):
   port = _port()
   procs, logs = [], []
   for i in range(2):
-    env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=1",
-               JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
-               JAX_PROCESS_ID=str(i))
+    env = child_env(devices=1, JAX_COORDINATOR_ADDRESS=f"localhost:{port}",
+                    JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i))
     log = open(tmp_path / f"p{i}.log", "w")
     logs.append(log)
     procs.append(subprocess.Popen([sys.executable, "-m", "agent_rl.train", f"--config={cfg}",

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.train.tiny import ROOT, child_env
 
 
 def test_sigterm_checkpoints_then_exits(tmp_path):
@@ -15,7 +15,7 @@ def test_sigterm_checkpoints_then_exits(tmp_path):
                  "def get_config(arg=None):\n"
                  "  return tiny_config(iterations=1000, ckpt_every=1000, sft_steps=0)\n")
   wd = tmp_path / "w"
-  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  env = child_env()
   proc = subprocess.Popen([sys.executable, "-m", "agent_rl.train", f"--config={cfg}",
                            f"--workdir={wd}"], cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -1,5 +1,22 @@
-"""The smallest end-to-end config (seconds of compute) shared by the learner tests."""
+"""The smallest end-to-end config (seconds of compute) shared by the learner tests, and the
+environment of a run a test starts as a subprocess."""
+import os
+
 from agent_rl.train.config import base_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def child_env(devices=None, **extra):
+  """os.environ for a subprocess run: CPU, this checkout on PYTHONPATH, and the test process's
+  XLA flags (tests/conftest.py: the LLVM level) less its 8 fake devices, with `devices` fake
+  devices instead (None: one device)."""
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+           if not f.startswith("--xla_force_host_platform_device_count")]
+  if devices:
+    flags.append(f"--xla_force_host_platform_device_count={devices}")
+  return dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags),
+              **extra)
 
 
 def tiny_config(*, iterations=2, ckpt_every=1, sft_steps=0, credit="grpo", loss="vanilla",
