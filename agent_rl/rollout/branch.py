@@ -8,8 +8,11 @@ on-policy distillation, the teacher's scoring) at a state the student itself rea
 in: at the start of turn b, every member of a group whose root (member 0) is still playing
 becomes a copy of the root (env state, history, KV cache or window samples, turn records:
 the whole episode carry is gathered by rows, as TSR's search does), keeping its own sampling
-key stream, so the continuations differ. The env state is a pytree, so the branch is a gather
-and costs no env replay; pure-JAX envs only (a host env's state lives in its worker).
+key stream, so the continuations differ. A JAX env's state is a pytree, so the branch is a
+gather and costs no env replay. A host env's state lives in its worker: the host loops
+(bridge.py, overlap.py) ask it to `clone_rows(dst, src)` at the same turn, rows from
+`branch_sources` (the one rule for both), and a text game replays the root's reset and
+commands into the copy's game (envs/host/text_env.py).
 
 Turn b per group is drawn uniformly from [min_turn, max_turn] with the group root's episode
 key (deterministic per rollout key). A group whose root ended before b is not branched. The
@@ -48,16 +51,23 @@ def branch_turns(episode_keys: jax.Array, group_size: int, cfg: BranchConfig) ->
   return jnp.repeat(draw.astype(jnp.int32), group_size)
 
 
-def branch(c, t, turns: jax.Array, group_size: int):
-  """The carry after branching the groups whose turn is t: members (not the root) of a group
-  with `turns == t` and a live root become copies of the root, keeping their sample keys;
-  their `shared_turns` is set to t. c: EpisodeCarry with leading axis N; turns: `[N]`."""
-  n = c.alive.shape[0]
+def branch_sources(alive: jax.Array, t, turns: jax.Array, group_size: int):
+  """`([N] i32, [N] bool)`: the row each episode becomes at turn t (itself where it does not
+  branch) and whether it is a copy: members (not the root) of a group with `turns == t` whose
+  root is alive. alive, turns: `[N]` (groups are G consecutive rows, the root first)."""
+  n = alive.shape[0]
   idx = jnp.arange(n, dtype=jnp.int32)
   root = idx - idx % group_size
-  copy = (turns == t) & c.alive[root] & (idx != root)
-  rows = jnp.where(copy, root, idx)
-  out = map_rows(c, n, lambda x: jnp.take(x, rows, axis=0))
+  copy = (turns == t) & alive[root] & (idx != root)
+  return jnp.where(copy, root, idx), copy
+
+
+def branch(c, t, turns: jax.Array, group_size: int):
+  """The carry after branching the groups whose turn is t: copies (`branch_sources`) become
+  their root's carry row, keeping their sample keys; their `shared_turns` is set to t.
+  c: EpisodeCarry with leading axis N; turns: `[N]`."""
+  rows, copy = branch_sources(c.alive, t, turns, group_size)
+  out = map_rows(c, c.alive.shape[0], lambda x: jnp.take(x, rows, axis=0))
   return out.replace(sample_keys=c.sample_keys,
                      shared_turns=jnp.where(copy, jnp.asarray(t, jnp.int32), c.shared_turns))
 

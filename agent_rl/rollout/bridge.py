@@ -19,7 +19,8 @@ A host environment is a batched object with the obs/action token contract:
     optional: reward_names (names of the reward terms); info_spec(action_len) -> the
     batched info as ShapeDtypeStructs, called after reset; several agents: roles,
     first_agents() -> [N] int32 who acts turn 0 (called after reset), and info agent_id /
-    next_agent.
+    next_agent; branched rollouts (EpisodeConfig.branch): clone_rows(dst, src), row dst[k]
+    becomes a copy of row src[k] (JaxHostEnv gathers its state; TextHostEnv replays).
 
 Info keys beyond the fixed ones become `EpisodeBatch.extras` exactly as in the compiled
 rollout. Without `info_spec` the extras are learned from the first step: the carry gains
@@ -35,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_rl.envs.base import Text
+from agent_rl.rollout import branch
 from agent_rl.rollout.compiled import episode_keys, info_spec, reset_groups
 from agent_rl.rollout.episode import EpisodeConfig, EpisodeLoop, action_length
 from agent_rl.rollout.layout import PromptPieces
@@ -87,6 +89,12 @@ class JaxHostEnv:
       return None
     return np.asarray(jax.vmap(self.env.first_agent)(self.state), np.int32)
 
+  def clone_rows(self, dst, src) -> None:
+    """Row dst[k] becomes a copy of row src[k]: a gather of the state pytree."""
+    rows = np.arange(jax.tree.leaves(self.state)[0].shape[0])
+    rows[np.asarray(dst)] = np.asarray(src)
+    self.state = jax.tree.map(lambda x: jnp.take(x, jnp.asarray(rows), axis=0), self.state)
+
   def step(self, action_tokens, action_length, active):
     state, obs, reward, done, info = self._step(
         self.state, Text(jnp.asarray(action_tokens), jnp.asarray(action_length)))
@@ -108,15 +116,18 @@ class HostRollout:
   """
 
   def __init__(self, policy: Policy, env: HostEnv, cfg: EpisodeConfig, pieces: PromptPieces):
-    for name in ("search", "branch"):
-      if getattr(cfg, name) is not None:
-        raise ValueError(f"EpisodeConfig.{name} needs env-state cloning; use the compiled "
-                         "rollout with a JAX environment")
+    if cfg.search is not None:
+      raise ValueError("EpisodeConfig.search needs env-state cloning at every turn; use the "
+                       "compiled rollout with a JAX environment")
+    if cfg.branch is not None and not callable(getattr(env, "clone_rows", None)):
+      raise ValueError(f"EpisodeConfig.branch: host env {type(env).__name__} has no "
+                       "clone_rows(dst, src) to copy a group root's game into its members")
     if cfg.intervene is not None:
       raise ValueError("EpisodeConfig.intervene (teacher interventions) runs in the compiled "
                        "rollout of a JAX environment; the host bridge does not carry a teacher")
     self.policy, self.env, self.cfg, self.pieces = policy, env, cfg, pieces
     self._jits: dict = {}
+    self._branch = jax.jit(branch.branch, static_argnums=(3,))
     self.timings: dict = {}
     self.totals: dict = {}
 
@@ -136,6 +147,23 @@ class HostRollout:
           loop, jax.jit(loop.start), jax.jit(loop.act), jax.jit(loop.record),
           jax.jit(loop.observe), jax.jit(loop.finish))
     return self._jits[key]
+
+  def branch_turns(self, ep_keys):
+    """`[N]` the turn each episode's group branches at (None: no branching)."""
+    b = self.cfg.branch
+    return None if b is None else branch.branch_turns(ep_keys, self.cfg.group_size, b)
+
+  def branch(self, carry, t: int, turns, rows: np.ndarray):
+    """Branches the groups of `carry` whose turn is t (branch.py): the env copies the games
+    (`clone_rows`, rows of the full batch: `rows` are carry's), then the carry its rows.
+    turns: `[n]` of carry's rows (whole groups); returns the carry unchanged if none."""
+    if turns is None:
+      return carry
+    src, copy = jax.device_get(branch.branch_sources(carry.alive, t, turns, self.cfg.group_size))
+    if not copy.any():
+      return carry
+    self.env.clone_rows(rows[copy], rows[src[copy]])
+    return self._branch(carry, jnp.int32(t), turns, self.cfg.group_size)
 
   def eval_shape(self, params, tasks, key):
     """The shapes of `self(params, tasks, key)` (nothing runs; the env is not reset): for an
@@ -172,10 +200,14 @@ class HostRollout:
     t0 = time.perf_counter()
     carry = jax.block_until_ready(start(params, dummy, obs, ep_keys, h0, a0))
     tm["observe"] += time.perf_counter() - t0
+    b_turns = self.branch_turns(ep_keys)
     for t in range(self.cfg.max_turns):
       if not bool(np.any(np.asarray(carry.alive))):
         break
       tt = jnp.int32(t)
+      t0 = time.perf_counter()
+      carry = jax.block_until_ready(self.branch(carry, t, b_turns, np.arange(n)))
+      tm["env"] += time.perf_counter() - t0  # the games' replay, if any branched
       t0 = time.perf_counter()
       carry, action, active = jax.block_until_ready(act(params, carry, tt))
       a_tok, a_len, a_on = jax.device_get((action.tokens, action.length, active))

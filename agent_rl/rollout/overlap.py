@@ -21,6 +21,9 @@ both halves' decode loops) and the carry's `action_symbols` of turns a whole hal
 already finished (the plain loop still runs those turns for the other rows; nothing in the
 batch reads them). A half whose episodes all ended stops acting, as the plain loop does.
 
+Branched groups (EpisodeConfig.branch): a half holds whole groups, so each half branches at
+the start of its own turn (HostRollout.branch: the games' replay, then the carry's gather).
+
 The env needs `step_async(rows, tokens, lengths, active) -> handle` and `step_wait(handle)`
 (text_env.py's TextHostEnv); with fewer than two tasks the plain loop runs.
 """
@@ -96,12 +99,17 @@ class OverlapRollout:
                          jnp.asarray(ep_keys)[r], h0, None if a0 is None else a0[r])
     jax.block_until_ready([h.carry for h in halves])
     tm["observe"] += time.perf_counter() - t0
+    b_turns = self.base.branch_turns(ep_keys)
     for t in range(self.cfg.max_turns):
       for h in halves:
         if h.pending is not None:
           self._land(params, h, tm)
         if not bool(np.any(np.asarray(h.carry.alive))):
           continue
+        if b_turns is not None:  # halves are whole groups: a half branches on its own
+          t0 = time.perf_counter()
+          h.carry = jax.block_until_ready(self.base.branch(h.carry, t, b_turns[h.rows], h.rows))
+          tm["env"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         h.carry, action, active = h.fns[2](params, h.carry, jnp.int32(t))
         a_tok, a_len, a_on = jax.device_get((action.tokens, action.length, active))

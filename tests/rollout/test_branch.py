@@ -84,7 +84,7 @@ def test_bad_settings_name_the_field():
   with pytest.raises(ValueError, match="branch.max_turn"):
     EpisodeConfig(max_turns=3, branch=branch.BranchConfig(1, 3))
   from agent_rl.rollout.bridge import HostRollout
-  with pytest.raises(ValueError, match="EpisodeConfig.branch needs env-state cloning"):
+  with pytest.raises(ValueError, match="EpisodeConfig.branch: host env NoneType has no clone_rows"):
     HostRollout(None, None, EpisodeConfig(max_turns=3, branch=branch.BranchConfig()), PIECES)
   from agent_rl.train.config import validate
   from tests.train.tiny import tiny_config

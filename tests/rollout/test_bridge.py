@@ -1,8 +1,10 @@
 """Host bridge: a JAX env driven from Python gives the compiled loop's batch (same key)."""
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from agent_rl.envs.base import Text
 from agent_rl.rollout.bridge import HostRollout, JaxHostEnv
 from agent_rl.rollout.compiled import make_rollout
 from agent_rl.rollout.episode import EpisodeConfig
@@ -50,3 +52,42 @@ def test_host_bridge_rejects_search():
   pol, _ = tiny_policy()
   with pytest.raises(ValueError, match="search"):
     HostRollout(pol, JaxHostEnv(GuessEnv()), EpisodeConfig(search=SearchConfig()), PIECES)
+
+
+class _PathEnv(GuessEnv):
+  """GuessEnv whose state remembers the path: `total` sums the valid guesses, and the
+  observation and state hash read it, so a branched copy that kept its own state (not its
+  root's) shows in its next observation."""
+
+  def reset(self, key, task):
+    state, obs = super().reset(key, task)
+    return {**state, "total": jnp.int32(0)}, obs
+
+  def state_hash(self, state):
+    return super().state_hash(state) ^ state.get("total", jnp.int32(0)).astype(jnp.uint32)
+
+  def step(self, state, action):
+    new, obs, reward, done, info = super().step(
+        {k: v for k, v in state.items() if k != "total"}, action)
+    total = state["total"] + jnp.where(action.length >= 1, action.tokens[0], 0)
+    new = {**new, "total": total}
+    obs = Text(jnp.where(obs.tokens > 0, 19 + (obs.tokens + total) % 5, 0), obs.length)
+    return new, obs, reward, done, {**info, "state_hash": self.state_hash(new)}
+
+
+@pytest.mark.parametrize("turns", [(1, 1), (1, 2)])
+def test_host_bridge_branches_as_the_compiled_rollout(turns):
+  """Branched groups (branch.py) through the host loop: the env copies the root's state
+  (JaxHostEnv.clone_rows) and the carry its rows at the same turn as the compiled loop."""
+  from agent_rl.rollout.branch import BranchConfig
+  pol, params = tiny_policy()
+  cfg = EpisodeConfig(sampler=SamplerConfig(temperature=1.5, max_tokens=6, stop_tokens=STOP),
+                      max_turns=4, group_size=3,
+                      branch=BranchConfig(min_turn=turns[0], max_turn=turns[1]))
+  key = jax.random.PRNGKey(5)
+  ref, mref = make_rollout(pol, _PathEnv(), cfg, PIECES)(params, tasks(3), key)
+  got, mgot = HostRollout(pol, JaxHostEnv(_PathEnv()), cfg, PIECES)(params, tasks(3), key)
+  for name in ("tokens", "loss_mask", "turn_index", "done", "success", "state_hash", "reward"):
+    assert np.array_equal(np.asarray(getattr(ref, name)), np.asarray(getattr(got, name))), name
+  np.testing.assert_allclose(np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=1e-6)
+  assert float(mgot["rollout/branched_episodes"]) == float(mref["rollout/branched_episodes"]) > 0

@@ -75,14 +75,16 @@ def test_host_run_with_pool_matches_in_process(tmp_path):
 
 
 @pytest.mark.parametrize("strategy", ["plain", pytest.param("dapo", marks=pytest.mark.slow),
-                                      pytest.param("remax", marks=pytest.mark.slow)])
+                                      pytest.param("remax", marks=pytest.mark.slow),
+                                      pytest.param("branch", marks=pytest.mark.slow)])
 def test_host_run_resets_ahead_without_changing_the_run(tmp_path, monkeypatch, strategy):
   """`env.host.prefetch_resets`: the next iteration's resets start in the workers before the
   update (after it when an evaluation comes first) and the rollout claims them (the strategy's
   first key: DAPO folds its key) — the metrics are those of a run without it, bit for bit.
   The host split of each iteration's time is in the metrics. "remax": the plain strategy with
   ReMax's credit, whose greedy baseline rollout resets the same games again after the rollout
-  (before the resets ahead start)."""
+  (before the resets ahead start). "branch": groups branch at turn 1, their copies' games
+  rebuilt by replay in the worker (TextHostEnv.clone_rows)."""
   from agent_rl.envs.host.pool import GamePool
   claimed = []
   claim = GamePool._claim
@@ -109,6 +111,8 @@ def test_host_run_resets_ahead_without_changing_the_run(tmp_path, monkeypatch, s
   assert recs[True] == recs[False]
   if strategy == "remax":
     assert sum("remax/baseline_return" in r for r in recs[True]) == 3
+  if strategy == "branch":
+    assert sum(r.get("rollout/branched_episodes", 0) for r in recs[True]) > 0
 
 
 def test_host_run_with_a_hindsight_teacher_reading_the_expert_plans(tmp_path, monkeypatch):

@@ -30,9 +30,10 @@ PREFIX = "host:"
 # Modules that register adapters in ADAPTERS (the toy first; the package adapters may be
 # absent from a checkout that predates them).
 ADAPTER_MODULES = ("toy", "textworld", "textworld_express", "scienceworld", "alfworld")
-# Strategies that need what a host env cannot give: env-state cloning (TSR search, branch)
-# or task fields to inject text into (skill_pairs).
-UNSUPPORTED_STRATEGIES = ("tsr", "skill_pairs", "branch")
+# Strategies that need what a host env cannot give: env-state cloning at every turn of a
+# search (TSR: replaying games that often costs more than it saves) or task fields to inject
+# text into (skill_pairs). `branch` clones once per group, by replay (text_env.clone_rows).
+UNSUPPORTED_STRATEGIES = ("tsr", "skill_pairs")
 
 
 @functools.lru_cache(maxsize=1)

@@ -48,6 +48,18 @@ OPS.register("roles", lambda game, arg: game_roles(game))
 OPS.register("expert", lambda game, arg: list(game.expert(*arg)))
 
 
+def _replay(game, reset_arg, commands):
+  """The game's observation after a fresh `reset(*reset_arg)` and `commands` played in order:
+  another game's state rebuilt by replay (a branched rollout's copies, text_env.py)."""
+  obs = game.reset(*reset_arg)
+  for command in commands:
+    obs = game.step(command).obs
+  return obs
+
+
+OPS.register("replay", lambda game, arg: _replay(game, *arg))
+
+
 @dataclasses.dataclass(frozen=True)
 class Failed:
   """An item that did not return: "worker_died", "timeout", "lost" (its worker restarted
@@ -92,7 +104,8 @@ class _Worker:
   games: tuple
   proc: Any = None
   conn: Any = None
-  pending: collections.deque = dataclasses.field(default_factory=collections.deque)  # (seq, n)
+  # requests sent, oldest first: (seq, items, game calls owed: the deadline's multiple)
+  pending: collections.deque = dataclasses.field(default_factory=collections.deque)
   stash: dict = dataclasses.field(default_factory=dict)  # seq -> results
   clock: float = 0.0  # when the oldest outstanding request started being waited for
 
@@ -166,7 +179,7 @@ class GamePool:
     """Kills `w`, fails what it owed, marks its games lost, starts a fresh worker."""
     _kill(w)
     while w.pending:
-      seq, n = w.pending.popleft()
+      seq, n, _ = w.pending.popleft()
       w.stash[seq] = [Failed(reason)] * n
     self.lost.update(w.games)
     self.restarts += 1
@@ -176,7 +189,8 @@ class GamePool:
   # -- requests -----------------------------------------------------------------------------
   def submit(self, op: str, items: Sequence[tuple[int, Any]]) -> Ticket:
     """Sends `items` [(game index, argument)] of `op` ("reset": (task_id, seed), "step":
-    command, "task_ids": split) to their workers; returns without waiting for them."""
+    command, "replay": ((task_id, seed), commands), "task_ids": split) to their workers;
+    returns without waiting for them."""
     OPS.get(op)
     items = list(items)
     ahead, self._ahead = self._ahead, None
@@ -189,7 +203,7 @@ class GamePool:
     for k, (g, arg) in enumerate(t.items):
       if not 0 <= g < self.num_games:
         raise ValueError(f"GamePool: game index {g} outside [0, {self.num_games})")
-      if op == "reset":
+      if op in ("reset", "replay"):  # both start the game afresh
         self.lost.discard(g)
       elif op == "step" and g in self.lost:
         t.local[k] = Failed("lost")
@@ -202,11 +216,13 @@ class GamePool:
       w = self._pool[wi]
       if not w.pending:
         w.clock = time.perf_counter()
+      # game calls the request owes (its deadline): a replay is a reset and its commands
+      owed = sum(1 + len(t.items[k][1][1]) if op == "replay" else 1 for k in ks)
       try:
         w.conn.send((op, t.seq, [t.items[k] for k in ks]))
-        w.pending.append((t.seq, len(ks)))
+        w.pending.append((t.seq, len(ks), owed))
       except (BrokenPipeError, OSError):
-        w.pending.append((t.seq, len(ks)))
+        w.pending.append((t.seq, len(ks), owed))
         self._restart(w, "worker_died")
     return t
 
@@ -246,7 +262,7 @@ class GamePool:
       # per item (a slice of 12 ScienceWorld gold paths takes minutes on a loaded machine;
       # one deadline for the whole slice failed them by the load, not the game, and the
       # run's SFT demos then depended on the machine's load).
-      owed = w.pending[0][1] if w.pending else 1
+      owed = w.pending[0][2] if w.pending else 1
       left = w.clock + self.step_timeout_s * owed - time.perf_counter()
       try:
         ready = w.conn.poll(max(left, 0.0))

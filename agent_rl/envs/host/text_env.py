@@ -94,13 +94,16 @@ class TextHostEnv:
                         pool.instruction)
     # tokenize_s: seconds spent in this process decoding actions and encoding observations
     # (benchmarks/host_envs.py reports its share of a turn: whether it belongs in the workers)
-    self.stats = dict(obs_truncated=0, invalid_actions=0, failed_steps=0, tokenize_s=0.0)
+    self.stats = dict(obs_truncated=0, invalid_actions=0, failed_steps=0, replay_diverged=0,
+                      tokenize_s=0.0)
     self._last: list = []   # per row: the GameObs the agent last saw
     self._hash: list = []   # per row: its state hash
     self._next: list = []   # per row: the agent that acts next (reads the observation)
     self._turn: list = []   # per row: turns played (the schedule's clock)
     self._offset: list = []  # per row: where in the schedule its episode started
     self._dead: set = set()  # rows whose reset failed: their first step ends them
+    self._reset_arg: list = []  # per row: its game's reset (task_id, seed) ...
+    self._played: list = []     # ... and the commands its game stepped since (clone_rows)
     self._runners: dict = {}
     self._eval: Optional[TextHostEnv] = None
 
@@ -194,6 +197,7 @@ class TextHostEnv:
     items, keys = self._reset_items(tasks, reset_keys, group_size)
     n = len(items)
     obs = self.pool.call("reset", items)
+    self._reset_arg, self._played = [arg for _, arg in items], [[] for _ in items]
     failed = GameObs(text=FAILED_TEXT)
     self._dead = {r for r, o in enumerate(obs) if not isinstance(o, GameObs)}  # fail at step 0
     self._last = [failed if r in self._dead else o for r, o in enumerate(obs)]
@@ -274,6 +278,7 @@ class TextHostEnv:
         self._dead.discard(r)
         continue
       self._last[r] = res.obs
+      self._played[r].append(cmd)
       self._advance(r, res.obs)
       text = self._present(res.obs, r)
       texts.append(text)
@@ -291,6 +296,26 @@ class TextHostEnv:
     info["obs_truncated"] = trunc & on
     self.stats["obs_truncated"] += int(info["obs_truncated"].sum())
     return tok, length, reward, done, info
+
+  def clone_rows(self, dst, src) -> None:
+    """Row dst[k] becomes a copy of row src[k] (a branched rollout, rollout/branch.py): its
+    game replays src's reset and the commands src's game stepped (pool op "replay"), and
+    takes src's bookkeeping. Games are functions of (task, seed, commands); a replay whose
+    observation is not src's (a game that is not) fails the copy's episode at its next step,
+    counted in `stats["replay_diverged"]`, as a failed reset does."""
+    pairs = [(int(d), int(s)) for d, s in zip(dst, src)]
+    items = [(d, (self._reset_arg[s], list(self._played[s]))) for d, s in pairs]
+    for (d, s), obs in zip(pairs, self.pool.call("replay", items)):
+      for rows in (self._last, self._hash, self._next, self._turn, self._offset,
+                   self._reset_arg):
+        rows[d] = rows[s]
+      self._played[d] = list(self._played[s])
+      self._dead.discard(d)
+      same = (isinstance(obs, GameObs) and s not in self._dead
+              and (obs.text, obs.admissible) == (self._last[s].text, self._last[s].admissible))
+      if not same:
+        self.stats["replay_diverged"] += 1
+        self._dead.add(d)
 
   # -- several agents -----------------------------------------------------------------------
   def _advance(self, r: int, obs: GameObs) -> None:

@@ -53,3 +53,19 @@ class CountingGame(KeyRoomGame):
     with open(self.log, "a") as f:
       f.write(f"{task_id} {seed}\n")
     return super().reset(task_id, seed)
+
+
+class DriftGame(KeyRoomGame):
+  """KeyRoom whose every text names how often this game was reset: not a function of (task,
+  seed, commands), so a replay into another game does not reproduce it."""
+
+  def __init__(self, **kw):
+    super().__init__(**kw)
+    self.resets = 0
+
+  def reset(self, task_id, seed):
+    self.resets += 1
+    return super().reset(task_id, seed)
+
+  def _obs(self, text):
+    return super()._obs(f"{text} (visit {self.resets})")
