@@ -30,9 +30,10 @@ PREFIX = "host:"
 # Modules that register adapters in ADAPTERS (the toy first; the package adapters may be
 # absent from a checkout that predates them).
 ADAPTER_MODULES = ("toy", "textworld", "textworld_express", "scienceworld", "alfworld")
-# Strategies that need what a host env cannot give: env-state cloning at every turn of a
-# search (TSR: replaying games that often costs more than it saves) or task fields to inject
-# text into (skill_pairs). `branch` clones once per group, by replay (text_env.clone_rows).
+# Strategies that need what a host env cannot give: env-state cloning at every turn (TSR's
+# search; by replay a reset plus t steps per candidate at turn t, quadratic in the turns) or
+# task fields to inject text into (skill_pairs). `branch` clones once per group, by replay
+# (text_env.clone_rows).
 UNSUPPORTED_STRATEGIES = ("tsr", "skill_pairs")
 
 
