@@ -65,3 +65,16 @@ def _same(a, b):
   assert a.extras.keys() == b.extras.keys()
   for k in a.extras:
     assert np.array_equal(np.asarray(a.extras[k]), np.asarray(b.extras[k])), k
+
+
+def plain_and_overlapped(cfg, plain_env, env, key, n_tasks=4):
+  """`((batch, metrics), (batch, metrics))`: the plain host loop on `plain_env` and the
+  overlapped one on `env`, tasks 0..n_tasks-1, the same key and tiny policy."""
+  from agent_rl.rollout.bridge import HostRollout
+  from agent_rl.rollout.layout import chat_pieces
+  from agent_rl.rollout.overlap import OverlapRollout
+  pol, params = _policy()
+  pieces = chat_pieces(TOK, env.instruction, "sys")
+  tasks = np.arange(n_tasks, dtype=np.int32)
+  return (HostRollout(pol, plain_env, cfg, pieces)(params, tasks, key),
+          OverlapRollout(pol, env, cfg, pieces)(params, tasks, key))

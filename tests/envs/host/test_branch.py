@@ -13,11 +13,8 @@ from agent_rl.envs.host.pool import GamePool
 from agent_rl.envs.host.text_env import TextHostEnv
 from agent_rl.envs.host.toy import KeyRoomGame
 from agent_rl.rollout.branch import BranchConfig
-from agent_rl.rollout.bridge import HostRollout
-from agent_rl.rollout.layout import chat_pieces
-from agent_rl.rollout.overlap import OverlapRollout
 
-from tests.envs.host.helpers import TOK, _actions, _cfg, _env, _policy, _same
+from tests.envs.host.helpers import TOK, _actions, _cfg, _env, _same, plain_and_overlapped
 from tests.envs.host.hostgames import DriftGame
 
 
@@ -61,15 +58,10 @@ def test_a_game_that_does_not_replay_fails_the_copy_not_the_run():
 
 
 def test_the_overlapped_loop_branches_as_the_plain_loop():
-  pol, params = _policy()
   cfg = dataclasses.replace(_cfg(turns=3, group=2), branch=BranchConfig(min_turn=1, max_turn=2))
   plain, pooled = _env(n=8), _env(n=8, workers=2)
   try:
-    pieces = chat_pieces(TOK, plain.instruction, "sys")
-    tasks = np.asarray([0, 1, 2, 3], np.int32)
-    key = jax.random.key(2)
-    ref, mref = HostRollout(pol, plain, cfg, pieces)(params, tasks, key)
-    got, mgot = OverlapRollout(pol, pooled, cfg, pieces)(params, tasks, key)
+    (ref, mref), (got, mgot) = plain_and_overlapped(cfg, plain, pooled, jax.random.key(2))
     _same(ref, got)
     assert float(mgot["rollout/branched_episodes"]) == float(mref["rollout/branched_episodes"]) > 0
     assert pooled.stats["replay_diverged"] == plain.stats["replay_diverged"] == 0

@@ -8,7 +8,7 @@ from agent_rl.rollout.bridge import HostRollout
 from agent_rl.rollout.layout import chat_pieces
 from agent_rl.rollout.overlap import OverlapRollout, make_host_rollout
 
-from tests.envs.host.helpers import TOK, _cfg, _env, _policy, _same
+from tests.envs.host.helpers import TOK, _cfg, _env, _policy, _same, plain_and_overlapped
 from tests.envs.host.hostgames import FaultyGame
 
 # Any action text is the command "look", so every turn steps the games (exercises the pool).
@@ -40,19 +40,17 @@ def test_overlap_gives_the_plain_loops_batch(n_tasks, history):
 def test_overlap_with_worker_pool_and_a_worker_killed_mid_rollout():
   """Workers step the halves; a worker whose game kills its process at the 2nd step is
   restarted, its episodes end `fatal` at turn 1, the others play on; the run continues."""
-  pol, params = _policy()
   cfg = _cfg(turns=3, group=1)
   ref_env, env = _env(n=4, fmt="look"), _env(FaultyGame, n=4, workers=2, fmt="look")
+  key = jax.random.key(5)
   try:
-    pieces = chat_pieces(TOK, env.instruction, "sys")
-    tasks = np.asarray([0, 1, 2, 3], np.int32)
-    key = jax.random.key(5)
-    ref, _ = HostRollout(pol, ref_env, cfg, pieces)(params, tasks, key)
-    got, _ = OverlapRollout(pol, env, cfg, pieces)(params, tasks, key)
+    (ref, _), (got, _) = plain_and_overlapped(cfg, ref_env, env, key)
     _same(ref, got)  # no failure yet: FaultyGame only dies when asked to
   finally:
     env.close()
   import functools
+  pol, params = _policy()
+  tasks = np.arange(4, dtype=np.int32)
   env = _env(functools.partial(FaultyGame, die_at=2), n=4, workers=2, fmt="look")
   try:
     got, m = make_host_rollout(pol, env, cfg, chat_pieces(TOK, env.instruction, "sys"))(
