@@ -127,7 +127,9 @@ class HostRollout:
                        "rollout of a JAX environment; the host bridge does not carry a teacher")
     self.policy, self.env, self.cfg, self.pieces = policy, env, cfg, pieces
     self._jits: dict = {}
+    # jitted once each, the turn traced: a turn's branch check is one dispatch
     self._branch = jax.jit(branch.branch, static_argnums=(3,))
+    self._sources = jax.jit(branch.branch_sources, static_argnums=(3,))
     self.timings: dict = {}
     self.totals: dict = {}
 
@@ -159,11 +161,12 @@ class HostRollout:
     turns: `[n]` of carry's rows (whole groups); returns the carry unchanged if none."""
     if turns is None:
       return carry
-    src, copy = jax.device_get(branch.branch_sources(carry.alive, t, turns, self.cfg.group_size))
+    tt, g = jnp.int32(t), self.cfg.group_size
+    src, copy = jax.device_get(self._sources(carry.alive, tt, turns, g))
     if not copy.any():
       return carry
     self.env.clone_rows(rows[copy], rows[src[copy]])
-    return self._branch(carry, jnp.int32(t), turns, self.cfg.group_size)
+    return self._branch(carry, tt, turns, g)
 
   def eval_shape(self, params, tasks, key):
     """The shapes of `self(params, tasks, key)` (nothing runs; the env is not reset): for an

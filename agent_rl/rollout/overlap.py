@@ -100,15 +100,16 @@ class OverlapRollout:
     jax.block_until_ready([h.carry for h in halves])
     tm["observe"] += time.perf_counter() - t0
     b_turns = self.base.branch_turns(ep_keys)
+    h_turns = [None if b_turns is None else b_turns[h.rows] for h in halves]
     for t in range(self.cfg.max_turns):
-      for h in halves:
+      for h, turns in zip(halves, h_turns):
         if h.pending is not None:
           self._land(params, h, tm)
         if not bool(np.any(np.asarray(h.carry.alive))):
           continue
-        if b_turns is not None:  # halves are whole groups: a half branches on its own
+        if turns is not None:  # halves are whole groups: a half branches on its own
           t0 = time.perf_counter()
-          h.carry = jax.block_until_ready(self.base.branch(h.carry, t, b_turns[h.rows], h.rows))
+          h.carry = jax.block_until_ready(self.base.branch(h.carry, t, turns, h.rows))
           tm["env"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         h.carry, action, active = h.fns[2](params, h.carry, jnp.int32(t))
