@@ -20,14 +20,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_rl.data.scripted import encode_plans, scripted_policy
+from agent_rl.data.world_model import game_state_text, spa_texts
 from agent_rl.envs.tasks import sample_tasks
 from agent_rl.rollout.bridge import HostRollout
 from agent_rl.rollout.compiled import episode_keys
 
 
 def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: int,
-                      seed_base: int):
-  """(EpisodeBatches of the replayed demos, {demos, skipped, replayed_success})."""
+                      seed_base: int, *, world_model: bool = False):
+  """(EpisodeBatches of the replayed demos, {demos, skipped, replayed_success}).
+
+  world_model: each turn is SPA's `<think><observation>s_t</observation><prediction>s_{t+1}
+  </prediction></think><answer>a_t</answer>` (data/world_model.py), s_t the game's
+  observation text before command t of the plan (pool op "trace", the same starts), so the
+  SFT loss also fits the next observation; the env reads the command out of <answer>.
+  """
   tasks = np.asarray(sample_tasks(env, [seed_base + i for i in range(num_demos)]))
   chunk = env.pool.num_games
   g_cfg = dataclasses.replace(ecfg, group_size=1, gate=None, search=None,
@@ -36,20 +43,23 @@ def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: 
   for j, lo in enumerate(range(0, num_demos, chunk)):
     t = tasks[lo:lo + chunk]
     key = jax.random.fold_in(jax.random.key(0), j)
-    reset_keys, _, _ = episode_keys(key, len(t), 1)
-    plans = env.expert_plans(t, np.asarray(reset_keys))
-    keep = [i for i, p in enumerate(plans) if p]
+    plans, states = _plans(env, t, key, world_model)
+    keep = [i for i, p in enumerate(plans) if p and states[i] is not None]
     skipped += len(t) - len(keep)
     if not keep:
       continue
     if len(keep) < len(t):  # the plans were computed for these starts: replay the same ones
-      t, plans = t[keep], [plans[i] for i in keep]
-      reset_keys, _, _ = episode_keys(key, len(t), 1)
-      plans = env.expert_plans(t, np.asarray(reset_keys))
-      if not all(plans):
+      t = t[keep]
+      plans, states = _plans(env, t, key, world_model)
+      if not all(plans) or any(s is None for s in states):
         raise ValueError("host expert plans changed between two calls for the same starts")
-    forced = encode_plans(tokenizer, plans, g_cfg.max_turns, g_cfg.sampler.max_tokens,
-                          fmt=env.plan_format)
+    if world_model:
+      texts = spa_texts([[game_state_text(x) for x in s] for s in states], plans,
+                        g_cfg.max_turns)
+      forced = encode_plans(tokenizer, texts, g_cfg.max_turns, g_cfg.sampler.max_tokens, fmt="{}")
+    else:
+      forced = encode_plans(tokenizer, plans, g_cfg.max_turns, g_cfg.sampler.max_tokens,
+                            fmt=env.plan_format)
     # The plain host loop: the scripted policy's "params" are per-row scripts, which the
     # overlapped loop's half-batches would not slice.
     batch, _ = HostRollout(scripted_policy(vocab_size), env, g_cfg, pieces)(
@@ -61,3 +71,13 @@ def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: 
     raise ValueError(f"config.sft.steps: none of the {num_demos} host demo games has an expert "
                      "plan (TextGame.expert); set sft.steps=0")
   return batches, dict(demos=n, skipped=skipped, replayed_success=wins / max(n, 1))
+
+
+def _plans(env, tasks, key, world_model: bool) -> tuple[list, list]:
+  """The expert plans of `tasks` from the starts of rollout key `key`, and (world_model)
+  their observation traces; traces are [] placeholders when off."""
+  reset_keys = np.asarray(episode_keys(key, len(tasks), 1)[0])
+  plans = env.expert_plans(tasks, reset_keys)
+  if not world_model:
+    return plans, [[] for _ in plans]
+  return plans, env.observation_traces(tasks, reset_keys, plans)

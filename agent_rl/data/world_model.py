@@ -18,6 +18,8 @@ episode visits, slippery FrozenLake included.
     texts[i][t]  # '<think><observation>player (2,3) boxes (3,3) targets (4,3)</observation>...'
 
 `STATE_TEXT` maps an env name to `fn(env, state) -> str` for one host-side (numpy) state.
+Host text games (envs/host) have no such state: their SPA states are the observation texts
+along the expert plan (`game_state_text`, data/host_demos.py).
 """
 from __future__ import annotations
 
@@ -158,9 +160,24 @@ def spa_turn(obs: str, pred: str, action: str) -> str:
   return SPA_FORMAT.format(obs=obs, pred=pred, action=action)
 
 
+def spa_texts(states: Sequence[Sequence[str]], plans: Sequence[Sequence[str]], num_turns: int
+              ) -> list[list[str]]:
+  """Per-turn SPA texts `[N][min(len(plan), num_turns)]` of plans and their state texts
+  (states[i][t]: s_t before plans[i][t], at least min(len(plan), num_turns) + 1 of them)."""
+  return [[spa_turn(s[t], s[t + 1], a) for t, a in enumerate(list(p)[:num_turns])]
+          for s, p in zip(states, plans)]
+
+
 def spa_plans(env_name: str, env, tasks, plans: Sequence[Sequence[str]], num_turns: int,
               key: jax.Array | None = None) -> list[list[str]]:
   """Per-turn full SPA texts `[N][min(len(plan), num_turns)]` (see `state_trajectories`)."""
-  states = state_trajectories(env_name, env, tasks, plans, num_turns, key)
-  return [[spa_turn(s[t], s[t + 1], a) for t, a in enumerate(list(p)[:num_turns])]
-          for s, p in zip(states, plans)]
+  return spa_texts(state_trajectories(env_name, env, tasks, plans, num_turns, key), plans,
+                   num_turns)
+
+
+def game_state_text(text: str) -> str:
+  """A host text game's state for SPA turns: its observation text on one line (whitespace
+  runs collapsed). A text game has no structured state to print; its observation is what
+  the agent can know (the "next observation" target of implicit world modeling, Zhang et
+  al. 2025, "Agent Learning via Early Experience", on ALFWorld and ScienceWorld)."""
+  return " ".join(text.split())

@@ -100,7 +100,7 @@ def validate_config(c: mlc.ConfigDict) -> None:
        "KL coefficients must be >= 0")
   from agent_rl.train import teacher
   teacher.validate(c, need)
-  if c.sft.world_model:
+  if c.sft.world_model and not host_envs.is_host(c.env.name):  # host: envs/host/build.py
     from agent_rl.data.world_model import STATE_TEXT
     need(c.env.name in STATE_TEXT, "sft.world_model",
          f"no structured state text for env {c.env.name!r}; known: {', '.join(STATE_TEXT.names())}")

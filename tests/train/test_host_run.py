@@ -11,17 +11,7 @@ import pytest
 
 from agent_rl.train.config import validate
 from agent_rl.train.run import SimulatedKill, run
-from tests.train.tiny import tiny_config
-
-
-def host_config(workers=0, overlap=True, iterations=2):
-  c = tiny_config(iterations=iterations, ckpt_every=1, env="host:toy")
-  c.env.kwargs.num_rooms, c.env.kwargs.max_steps = 3, 4
-  c.env.host.workers, c.env.host.overlap = workers, overlap
-  c.env.host.obs_tokens, c.env.host.eval_split = 48, "eval"
-  c.env.host.extras = "steps"
-  c.log.episodes = 0
-  return c
+from tests.train.tiny import host_config
 
 
 def _records(workdir):
@@ -148,7 +138,6 @@ def test_host_run_with_a_hindsight_teacher_reading_the_expert_plans(tmp_path, mo
     ("env.host.step_timeout_s", 0.0, "env.host.step_timeout_s"),
     ("env.host.score_scale", 0.0, "env.host.score_scale"),
     ("rollout.strategy", "tsr", "rollout.strategy"),
-    ("sft.world_model", True, "sft.world_model"),
     ("env.host.privileged_tokens", 0, "env.host.privileged_tokens"),
     ("env.host.role_scales", "1,2", "env.host.role_scales needs env.host.roles"),
 ])

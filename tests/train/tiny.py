@@ -40,6 +40,17 @@ def tiny_config(*, iterations=2, ckpt_every=1, sft_steps=0, credit="grpo", loss=
   return c
 
 
+def host_config(workers=0, overlap=True, iterations=2):
+  """tiny_config on the KeyRoom toy host game (envs/host/toy.py): the host-run path in seconds."""
+  c = tiny_config(iterations=iterations, ckpt_every=1, env="host:toy")
+  c.env.kwargs.num_rooms, c.env.kwargs.max_steps = 3, 4
+  c.env.host.workers, c.env.host.overlap = workers, overlap
+  c.env.host.obs_tokens, c.env.host.eval_split = 48, "eval"
+  c.env.host.extras = "steps"
+  c.log.episodes = 0
+  return c
+
+
 def checkpoint_params(c, workdir, step):
   """The params of checkpoint `step` of the run in `workdir`, restored onto `c`'s mesh."""
   import os

@@ -89,8 +89,9 @@ def validate(c, need) -> None:
   need(c.rollout.strategy not in UNSUPPORTED_STRATEGIES, "rollout.strategy",
        f"{c.rollout.strategy!r} needs env-state cloning or task fields; host envs support the "
        f"others ({', '.join(UNSUPPORTED_STRATEGIES)} are JAX-env only)")
-  need(not c.sft.world_model, "sft.world_model",
-       "world-model SFT renders a JAX env's states; host envs take plain expert demos only")
+  need(not c.sft.world_model or h.action_format == "answer", "sft.world_model",
+       "world-model SFT turns carry the command in <answer>...</answer> after the think block: "
+       f"needs env.host.action_format='answer', got {h.action_format!r}")
   need(h.privileged_tokens >= 1, "env.host.privileged_tokens",
        f"must be >= 1, got {h.privileged_tokens}")
 
@@ -126,7 +127,9 @@ def make_env(c, tokenizer):
 def corpus(c, num_tasks: int = 16, steps: int = 6) -> list[str]:
   """Tokenizer corpus of a host env (train/setup.py): its instruction, the observations of
   `num_tasks` games played in this process along their admissible commands (a fixed,
-  deterministic walk), the answers, and the env's own messages."""
+  deterministic walk), the answers, and the env's own messages; with `sft.world_model`, the
+  walk's steps as SPA turns too (data/world_model.py)."""
+  from agent_rl.data.world_model import game_state_text, spa_turn
   from agent_rl.envs.host.game import game_roles
   from agent_rl.envs.host.text_rules import FAILED_TEXT, INVALID_TEXT, present
   from agent_rl.envs.roles import role_line, roles_instruction
@@ -150,6 +153,8 @@ def corpus(c, num_tasks: int = 16, steps: int = 6) -> list[str]:
         cmd = obs.admissible[(i + s) % len(obs.admissible)]
         texts.append(f"<answer>{cmd}</answer>")
         st = game.step(cmd)
+        if c.sft.world_model:  # off, the corpus (hence the tokenizer) is what it was
+          texts.append(spa_turn(game_state_text(obs.text), game_state_text(st.obs.text), cmd))
         obs = st.obs
         texts.append(present(obs, bool(h.admissible)))
         if st.done:

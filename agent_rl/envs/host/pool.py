@@ -48,16 +48,21 @@ OPS.register("roles", lambda game, arg: game_roles(game))
 OPS.register("expert", lambda game, arg: list(game.expert(*arg)))
 
 
-def _replay(game, reset_arg, commands):
-  """The game's observation after a fresh `reset(*reset_arg)` and `commands` played in order:
-  another game's state rebuilt by replay (a branched rollout's copies, text_env.py)."""
-  obs = game.reset(*reset_arg)
+def _played(game, reset_arg, commands) -> list:
+  """The game's observations [s_0, ..., s_n] from a fresh `reset(*reset_arg)` and `commands`
+  played in order: another game's state rebuilt by replay (op "replay": the last one; a
+  branched rollout's copies, text_env.py), or an expert plan's states (op "trace": their
+  texts; world-model SFT, data/host_demos.py)."""
+  obs = [game.reset(*reset_arg)]
   for command in commands:
-    obs = game.step(command).obs
+    obs.append(game.step(command).obs)
   return obs
 
 
-OPS.register("replay", lambda game, arg: _replay(game, *arg))
+OPS.register("replay", lambda game, arg: _played(game, *arg)[-1])
+OPS.register("trace", lambda game, arg: [o.text for o in _played(game, *arg)])
+# Ops that start the game afresh and play ((task_id, seed), commands).
+REPLAYS = ("replay", "trace")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,7 +194,8 @@ class GamePool:
   # -- requests -----------------------------------------------------------------------------
   def submit(self, op: str, items: Sequence[tuple[int, Any]]) -> Ticket:
     """Sends `items` [(game index, argument)] of `op` ("reset": (task_id, seed), "step":
-    command, "replay": ((task_id, seed), commands), "task_ids": split) to their workers;
+    command, "replay" / "trace": ((task_id, seed), commands), "task_ids": split) to their
+    workers;
     returns without waiting for them."""
     OPS.get(op)
     items = list(items)
@@ -203,7 +209,7 @@ class GamePool:
     for k, (g, arg) in enumerate(t.items):
       if not 0 <= g < self.num_games:
         raise ValueError(f"GamePool: game index {g} outside [0, {self.num_games})")
-      if op in ("reset", "replay"):  # both start the game afresh
+      if op == "reset" or op in REPLAYS:  # they start the game afresh
         self.lost.discard(g)
       elif op == "step" and g in self.lost:
         t.local[k] = Failed("lost")
@@ -217,7 +223,7 @@ class GamePool:
       if not w.pending:
         w.clock = time.perf_counter()
       # game calls the request owes (its deadline): a replay is a reset and its commands
-      owed = sum(1 + len(t.items[k][1][1]) if op == "replay" else 1 for k in ks)
+      owed = sum(1 + len(t.items[k][1][1]) if op in REPLAYS else 1 for k in ks)
       try:
         w.conn.send((op, t.seq, [t.items[k] for k in ks]))
         w.pending.append((t.seq, len(ks), owed))

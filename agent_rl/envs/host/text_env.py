@@ -117,13 +117,25 @@ class TextHostEnv:
     """The games' expert plans (`TextGame.expert`) from the starts a reset with these tasks
     `[n]` and reset keys `[n, 2]` gives (games 0..n-1 compute them): a list of command lists,
     None where the game has no plan (its adapter raised, or it has no expert)."""
-    idx = np.asarray(tasks).reshape(-1)
-    keys = np.asarray(reset_keys).reshape(len(idx), -1)
-    if len(idx) > self.pool.num_games:
-      raise ValueError(f"TextHostEnv: {len(idx)} expert plans but the pool holds "
-                       f"{self.pool.num_games} games")
-    items = [(r, (self.task_ids[int(i)], reset_seed(keys[r]))) for r, i in enumerate(idx)]
+    items = list(enumerate(self._starts(tasks, reset_keys)))
     return [p if isinstance(p, list) else None for p in self.pool.call("expert", items)]
+
+  def _starts(self, tasks, reset_keys) -> list:
+    """[(task_id, seed)] of tasks `[n]` and reset keys `[n, 2]`, one per game 0..n-1."""
+    return [arg for _, arg in self._reset_items(tasks, reset_keys, 1)[0]]
+
+  def observation_traces(self, tasks, reset_keys, plans) -> list:
+    """The games' observation texts [s_0, ..., s_n] along `plans` (expert_plans' lists, n
+    commands each) from the same starts (games 0..n-1 play them): world-model SFT's states
+    (data/host_demos.py). None where the plan is None or the game failed (its reason is not
+    kept: the demo is left out as one without a plan)."""
+    starts = self._starts(tasks, reset_keys)
+    rows = [r for r, p in enumerate(plans) if p is not None]
+    items = [(r, (starts[r], list(plans[r]))) for r in rows]
+    out = [None] * len(plans)
+    for r, got in zip(rows, self.pool.call("trace", items)):
+      out[r] = got if isinstance(got, list) else None
+    return out
 
   def privileged_plans(self, tasks, reset_keys, width: int) -> Text:
     """`Text [n, width]` (host arrays), a JAX env's `privileged_text` for hindsight teachers
