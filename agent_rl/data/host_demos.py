@@ -7,7 +7,9 @@ Demo task i is the training panel's `env.sample_task(key(seed_base + i))`. The d
 replayed in chunks of at most the pool's size (a host rollout steps one game per episode);
 chunk j's rollout key is fold_in(key(0), j), and each plan is computed by the game from the
 start that key's reset gives it (the same (task_id, seed)), so the replay follows the plan.
-A game without a plan (its adapter raised or has no `expert`) is left out and counted. Plans
+A game without a plan (its adapter raised or has no `expert`; with world-model turns, also one
+whose trace failed) is left out and counted, and the chunk's other games are planned again
+from the starts of their new rows (a reset key depends on the row). Plans
 are recomputed on each start-up (no dataset on disk): a host package's planner is the source
 of truth, and the SFT rows are a pure function of the run config.
 """
@@ -19,8 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agent_rl.data.scripted import encode_plans, scripted_policy
-from agent_rl.data.world_model import game_state_text, spa_texts
+from agent_rl.data.scripted import scripted_policy
+from agent_rl.data.world_model import encode_demo_turns, game_state_text
 from agent_rl.envs.tasks import sample_tasks
 from agent_rl.rollout.bridge import HostRollout
 from agent_rl.rollout.compiled import episode_keys
@@ -43,23 +45,20 @@ def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: 
   for j, lo in enumerate(range(0, num_demos, chunk)):
     t = tasks[lo:lo + chunk]
     key = jax.random.fold_in(jax.random.key(0), j)
-    plans, states = _plans(env, t, key, world_model)
-    keep = [i for i, p in enumerate(plans) if p and states[i] is not None]
-    skipped += len(t) - len(keep)
-    if not keep:
-      continue
-    if len(keep) < len(t):  # the plans were computed for these starts: replay the same ones
+    # Reset key i of a rollout depends on its row, not its task: dropping a row without a plan
+    # moves the later games to other starts, so they are planned again (each round drops a
+    # row or stops) until the plans are those of the starts the replay gives.
+    while len(t):
+      plans, states = _plans(env, t, key, world_model, g_cfg.max_turns)
+      keep = [i for i, p in enumerate(plans) if p and states[i] is not None]
+      if len(keep) == len(t):
+        break
+      skipped += len(t) - len(keep)
       t = t[keep]
-      plans, states = _plans(env, t, key, world_model)
-      if not all(plans) or any(s is None for s in states):
-        raise ValueError("host expert plans changed between two calls for the same starts")
-    if world_model:
-      texts = spa_texts([[game_state_text(x) for x in s] for s in states], plans,
-                        g_cfg.max_turns)
-      forced = encode_plans(tokenizer, texts, g_cfg.max_turns, g_cfg.sampler.max_tokens, fmt="{}")
-    else:
-      forced = encode_plans(tokenizer, plans, g_cfg.max_turns, g_cfg.sampler.max_tokens,
-                            fmt=env.plan_format)
+    if not len(t):
+      continue
+    forced = encode_demo_turns(tokenizer, plans, g_cfg.max_turns, g_cfg.sampler.max_tokens,
+                               fmt=env.plan_format, states=states if world_model else None)
     # The plain host loop: the scripted policy's "params" are per-row scripts, which the
     # overlapped loop's half-batches would not slice.
     batch, _ = HostRollout(scripted_policy(vocab_size), env, g_cfg, pieces)(
@@ -73,11 +72,13 @@ def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: 
   return batches, dict(demos=n, skipped=skipped, replayed_success=wins / max(n, 1))
 
 
-def _plans(env, tasks, key, world_model: bool) -> tuple[list, list]:
-  """The expert plans of `tasks` from the starts of rollout key `key`, and (world_model)
-  their observation traces; traces are [] placeholders when off."""
+def _plans(env, tasks, key, world_model: bool, max_turns: int) -> tuple[list, list]:
+  """The expert plans of `tasks` from the starts of rollout key `key`, and (world_model) the
+  state texts along their first `max_turns` commands (None where a trace failed); [] when off."""
   reset_keys = np.asarray(episode_keys(key, len(tasks), 1)[0])
   plans = env.expert_plans(tasks, reset_keys)
   if not world_model:
     return plans, [[] for _ in plans]
-  return plans, env.observation_traces(tasks, reset_keys, plans)
+  traces = env.observation_traces(tasks, reset_keys,
+                                  [None if p is None else p[:max_turns] for p in plans])
+  return plans, [None if s is None else [game_state_text(x) for x in s] for s in traces]

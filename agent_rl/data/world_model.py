@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agent_rl.data.scripted import encode_plans
 from agent_rl.envs.base import Text
 from agent_rl.registry import Registry
 from agent_rl.envs.tasks import plan_format
@@ -173,6 +174,21 @@ def spa_plans(env_name: str, env, tasks, plans: Sequence[Sequence[str]], num_tur
   """Per-turn full SPA texts `[N][min(len(plan), num_turns)]` (see `state_trajectories`)."""
   return spa_texts(state_trajectories(env_name, env, tasks, plans, num_turns, key), plans,
                    num_turns)
+
+
+def encode_demo_turns(tokenizer, plans: Sequence[Sequence[str]], num_turns: int,
+                      max_tokens: int, *, fmt: str, states=None) -> np.ndarray:
+  """Forced tokens `[N, T, A]` of demo plans (data/scripted.encode_plans): answer-only turns
+  `fmt.format(a_t)`, or with `states` ([N][>= T_i + 1] state texts) SPA turns (`spa_texts`)."""
+  if states is None:
+    return encode_plans(tokenizer, plans, num_turns, max_tokens, fmt=fmt)
+  return encode_plans(tokenizer, spa_texts(states, plans, num_turns), num_turns, max_tokens,
+                      fmt="{}")
+
+
+def game_spa_turn(obs: str, next_obs: str, action: str) -> str:
+  """The SPA turn of one host-game step: its observation texts before and after `action`."""
+  return spa_turn(game_state_text(obs), game_state_text(next_obs), action)
 
 
 def game_state_text(text: str) -> str:

@@ -129,7 +129,7 @@ def corpus(c, num_tasks: int = 16, steps: int = 6) -> list[str]:
   `num_tasks` games played in this process along their admissible commands (a fixed,
   deterministic walk), the answers, and the env's own messages; with `sft.world_model`, the
   walk's steps as SPA turns too (data/world_model.py)."""
-  from agent_rl.data.world_model import game_state_text, spa_turn
+  from agent_rl.data.world_model import game_spa_turn
   from agent_rl.envs.host.game import game_roles
   from agent_rl.envs.host.text_rules import FAILED_TEXT, INVALID_TEXT, present
   from agent_rl.envs.roles import role_line, roles_instruction
@@ -154,7 +154,7 @@ def corpus(c, num_tasks: int = 16, steps: int = 6) -> list[str]:
         texts.append(f"<answer>{cmd}</answer>")
         st = game.step(cmd)
         if c.sft.world_model:  # off, the corpus (hence the tokenizer) is what it was
-          texts.append(spa_turn(game_state_text(obs.text), game_state_text(st.obs.text), cmd))
+          texts.append(game_spa_turn(obs.text, st.obs.text, cmd))
         obs = st.obs
         texts.append(present(obs, bool(h.admissible)))
         if st.done:

@@ -130,6 +130,8 @@ class TextHostEnv:
     (data/host_demos.py). None where the plan is None or the game failed (its reason is not
     kept: the demo is left out as one without a plan)."""
     starts = self._starts(tasks, reset_keys)
+    if len(plans) != len(starts):
+      raise ValueError(f"TextHostEnv: {len(plans)} plans for {len(starts)} tasks")
     rows = [r for r, p in enumerate(plans) if p is not None]
     items = [(r, (starts[r], list(plans[r]))) for r in rows]
     out = [None] * len(plans)

@@ -69,3 +69,13 @@ class DriftGame(KeyRoomGame):
 
   def _obs(self, text):
     return super()._obs(f"{text} (visit {self.resets})")
+
+
+class PlanGapGame(KeyRoomGame):
+  """KeyRoom without an expert plan from starts whose seed is a multiple of 3 (its adapter
+  raises there, as a planner that gives up does)."""
+
+  def expert(self, task_id, seed):
+    if seed % 3 == 0:
+      raise RuntimeError("no plan from this start")
+    return super().expert(task_id, seed)
