@@ -38,18 +38,23 @@ def _ref_turn(obs, pred, action):
           f"</prediction></think><answer>{action}</answer>")
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_host_demo_turns_state_and_predict_the_games_observations(workers):
+def _demos(env, num_demos, world_model):
+  """host_demo_batches of `num_demos` demos from seed 1000, 4 turns of up to 256 tokens."""
   from agent_rl.data.host_demos import host_demo_batches
   from agent_rl.eval.evaluate import episode_config
   from agent_rl.rollout.layout import chat_pieces
+  c = host_config()
+  c.rollout.max_turns, c.rollout.max_action_tokens = 4, 256
+  return host_demo_batches(env, TOK, episode_config(c, TOK),
+                           chat_pieces(TOK, env.instruction, "sys"), TOK.vocab_size, num_demos,
+                           1000, world_model=world_model)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_host_demo_turns_state_and_predict_the_games_observations(workers):
   env = TextHostEnv(GamePool(KeyRoomGame, 3, workers=workers), TOK, obs_len=48)
   try:
-    c = host_config()
-    c.rollout.max_turns, c.rollout.max_action_tokens = 4, 256
-    ecfg = episode_config(c, TOK)
-    batches, st = host_demo_batches(env, TOK, ecfg, chat_pieces(TOK, env.instruction, "sys"),
-                                    TOK.vocab_size, 5, 1000, world_model=True)
+    batches, st = _demos(env, 5, world_model=True)
     # Every demo replays to a win: the env read each command out of the SPA turn's <answer>.
     assert st == dict(demos=5, skipped=0, replayed_success=1.0) and len(batches) == 2
     tasks = np.asarray(sample_tasks(env, [1000 + i for i in range(5)]))
@@ -73,17 +78,10 @@ def test_host_demo_turns_state_and_predict_the_games_observations(workers):
 def test_demo_games_without_a_plan_are_left_out_and_the_rest_replanned(world_model):
   """Dropping a game without a plan moves the chunk's later games to other rows, hence other
   reset seeds: they are planned again there, so every kept demo still replays to a win."""
-  from agent_rl.data.host_demos import host_demo_batches
-  from agent_rl.eval.evaluate import episode_config
-  from agent_rl.rollout.layout import chat_pieces
   from tests.envs.host.hostgames import PlanGapGame
   env = TextHostEnv(GamePool(PlanGapGame, 6, workers=0), TOK, obs_len=48)
   try:
-    c = host_config()
-    c.rollout.max_turns, c.rollout.max_action_tokens = 4, 256
-    ecfg = episode_config(c, TOK)
-    _, st = host_demo_batches(env, TOK, ecfg, chat_pieces(TOK, env.instruction, "sys"),
-                              TOK.vocab_size, 12, 1000, world_model=world_model)
+    _, st = _demos(env, 12, world_model=world_model)
     # Reference: the same rule by hand (each round drops the rows whose start has no plan).
     tasks = np.asarray(sample_tasks(env, [1000 + i for i in range(12)]))
     kept = 0
