@@ -47,8 +47,9 @@ def demo_rows(c, setup, ecfg, workdir: str, policy=None, lm_params=None, lm_grap
     batches, st = host_demo_batches(setup.env, setup.tokenizer, ecfg, setup.pieces,
                                     setup.model_cfg.vocab_size, c.sft.num_demos, DEMO_SEED_BASE,
                                     world_model=bool(c.sft.world_model))
-    print(f"SFT demos (host{', world-model turns' if c.sft.world_model else ''}): "
-          f"{st['demos']} games ({st['skipped']} without a plan or trace), replayed "
+    wm = bool(c.sft.world_model)
+    print(f"SFT demos (host{', world-model turns' if wm else ''}): {st['demos']} games "
+          f"({st['skipped']} without a plan{' or trace' if wm else ''}), replayed "
           f"success {st['replayed_success']:.3f}", flush=True)
     return jax.tree.map(lambda *x: jnp.concatenate(x, axis=0), *map(_rows_of, batches))
   seeds = [DEMO_SEED_BASE + i for i in range(c.sft.num_demos)]
