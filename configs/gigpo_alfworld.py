@@ -39,7 +39,12 @@ observation. It is the wall the TextHouse and MiniShop tiny rows meet (README "N
 2-layer, 128-wide tiny model does not learn within these SFT budgets to copy a name out of
 its context, so no GiGPO-vs-GRPO row is declared at tiny scale. The earlier tiny (one game a
 family, uncut rows; 2026-12-03/04) measured 8 min 45 s and the same held-out numbers (-1.00 ->
-0.00 -> 0.00).
+0.00 -> 0.00). A wider, deeper policy alone does not pass the wall at this SFT budget (one
+probe, seed 0, 2026-12-06, SFT only: `--config.model.num_layers=4 --config.model.hidden=256
+--config.model.intermediate=768 --config.sft.steps=240 --config.train.iterations=0`, ~4x the
+compute a token): held-out reward -1.00 -> -0.02 after SFT, success 0.00; 14 min (3 s an SFT
+step). With world-model SFT turns (`--config.sft.world_model=True
+--config.rollout.max_action_tokens=176`, README "Host text games"), 60 steps: -1.00 -> -0.92.
 """
 from agent_rl.train.config import scaled_config
 from agent_rl.train.world_defaults import full_policy, gigpo_or_baseline
