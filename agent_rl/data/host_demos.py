@@ -50,7 +50,7 @@ def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: 
     # row or stops) until the plans are those of the starts the replay gives.
     while len(t):
       plans, states = _plans(env, t, key, world_model, g_cfg.max_turns)
-      keep = [i for i, p in enumerate(plans) if p and states[i] is not None]
+      keep = [i for i, p in enumerate(plans) if p and (states is None or states[i] is not None)]
       if len(keep) == len(t):
         break
       skipped += len(t) - len(keep)
@@ -58,7 +58,7 @@ def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: 
     if not len(t):
       continue
     forced = encode_demo_turns(tokenizer, plans, g_cfg.max_turns, g_cfg.sampler.max_tokens,
-                               fmt=env.plan_format, states=states if world_model else None)
+                               fmt=env.plan_format, states=states)
     # The plain host loop: the scripted policy's "params" are per-row scripts, which the
     # overlapped loop's half-batches would not slice.
     batch, _ = HostRollout(scripted_policy(vocab_size), env, g_cfg, pieces)(
@@ -72,13 +72,14 @@ def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: 
   return batches, dict(demos=n, skipped=skipped, replayed_success=wins / max(n, 1))
 
 
-def _plans(env, tasks, key, world_model: bool, max_turns: int) -> tuple[list, list]:
+def _plans(env, tasks, key, world_model: bool, max_turns: int) -> tuple[list, list | None]:
   """The expert plans of `tasks` from the starts of rollout key `key`, and (world_model) the
-  state texts along their first `max_turns` commands (None where a trace failed); [] when off."""
+  state texts along their first `max_turns` commands (None where a trace failed; None when
+  off)."""
   reset_keys = np.asarray(episode_keys(key, len(tasks), 1)[0])
   plans = env.expert_plans(tasks, reset_keys)
   if not world_model:
-    return plans, [[] for _ in plans]
+    return plans, None
   traces = env.observation_traces(tasks, reset_keys,
                                   [None if p is None else p[:max_turns] for p in plans])
   return plans, [None if s is None else [game_state_text(x) for x in s] for s in traces]

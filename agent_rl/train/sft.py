@@ -44,10 +44,10 @@ def demo_rows(c, setup, ecfg, workdir: str, policy=None, lm_params=None, lm_grap
     return agreement_rows(c, setup, ecfg, policy, lm_params, lm_graphdef, seeds)
   if is_host(c.env.name):
     from agent_rl.data.host_demos import host_demo_batches
+    wm = bool(c.sft.world_model)
     batches, st = host_demo_batches(setup.env, setup.tokenizer, ecfg, setup.pieces,
                                     setup.model_cfg.vocab_size, c.sft.num_demos, DEMO_SEED_BASE,
-                                    world_model=bool(c.sft.world_model))
-    wm = bool(c.sft.world_model)
+                                    world_model=wm)
     print(f"SFT demos (host{', world-model turns' if wm else ''}): {st['demos']} games "
           f"({st['skipped']} without a plan{' or trace' if wm else ''}), replayed "
           f"success {st['replayed_success']:.3f}", flush=True)
