@@ -161,6 +161,7 @@ def test_host_world_model_needs_the_answer_format():
     validate(c)
 
 
+@pytest.mark.slow  # 400 SFT steps (~76 s); the rows are the unit tests above (CI budget)
 def test_host_run_world_model_sft_lifts_held_out_success(tmp_path):
   """SFT on the toy game's SPA turns (think block with the observations, then the command):
   held-out success after SFT above before it."""
