@@ -96,6 +96,7 @@ def validate_config(c: mlc.ConfigDict) -> None:
   need(c.sft.steps >= 0, "sft.steps", "must be >= 0")
   need(c.sft.get("plans", "expert") in ("expert", "route_agreement"), "sft.plans",
        f"must be expert|route_agreement, got {c.sft.get('plans')!r}")
+  _check_iwm(c, need)
   need(c.loss.kl_coef >= 0 and c.loss.kl_in_reward >= 0, "loss.kl_coef",
        "KL coefficients must be >= 0")
   from agent_rl.train import teacher
@@ -244,3 +245,25 @@ def _validate_mesh(c: mlc.ConfigDict, need) -> None:
   if c.sft.steps:
     need(c.sft.batch_size % parts == 0, "sft.batch_size",
          f"{c.sft.batch_size} cannot be split over mesh data x fsdp = {parts}")
+
+
+def _check_iwm(c, need) -> None:
+  """Implicit world modeling on early experience (data/early_experience.py): host games'
+  expert demos only, and its steps are the first of `sft.steps`."""
+  from agent_rl.envs.host import build as host_envs
+  k, n = c.sft.get("iwm_alternatives", 0), c.sft.get("iwm_steps", 0)
+  for field, v in (("sft.iwm_alternatives", k), ("sft.iwm_steps", n)):
+    need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, field,
+         f"must be an int >= 0, got {v!r}")
+  if not (k or n):
+    return
+  need(bool(k) == bool(n), "sft.iwm_steps" if k else "sft.iwm_alternatives",
+       f"sft.iwm_alternatives ({k}) and sft.iwm_steps ({n}) are both > 0 or both 0: "
+       "the IWM stage needs transitions and steps to fit them")
+  need(n <= c.sft.steps, "sft.iwm_steps",
+       f"{n} must be <= sft.steps ({c.sft.steps}): the IWM stage is the first of the SFT steps")
+  need(host_envs.is_host(c.env.name), "sft.iwm_alternatives",
+       f"early experience is drawn from a host text game's admissible commands (envs/host); "
+       f"env {c.env.name!r} is not one")
+  need(c.sft.get("plans", "expert") == "expert", "sft.iwm_alternatives",
+       "early experience branches from the expert plans (sft.plans='expert')")

@@ -156,6 +156,10 @@ def base_config() -> mlc.ConfigDict:
       steps=0, batch_size=32, lr=1e-3, num_demos=512, world_model=False,
       # expert: the env's solver plans | route_agreement: Hera's router labels (agents/hera.py)
       plans="expert",
+      # Implicit world modeling on early experience (host games, data/early_experience.py):
+      # this many other admissible commands at each expert state, and the first iwm_steps of
+      # `steps` fit their next observations before the demos (0, 0: off).
+      iwm_alternatives=0, iwm_steps=0,
   ))
   c.distill = mlc.ConfigDict(dict(
       teacher="",  # an agent_rl workdir whose best/latest checkpoint scores the rollouts

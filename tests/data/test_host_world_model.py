@@ -18,7 +18,7 @@ from agent_rl.envs.host.toy import KeyRoomGame
 from agent_rl.envs.tasks import sample_tasks
 from agent_rl.rollout.compiled import episode_keys
 from agent_rl.tokenizers import ByteTokenizer
-from tests.train.tiny import host_config
+from tests.train.tiny import host_config, host_demos
 
 TOK = ByteTokenizer()
 
@@ -39,24 +39,16 @@ def _ref_turn(obs, pred, action):
 
 
 def _demos(env, num_demos, world_model):
-  """host_demo_batches of `num_demos` demos from seed 1000, 4 turns of up to 256 tokens."""
-  from agent_rl.data.host_demos import host_demo_batches
-  from agent_rl.eval.evaluate import episode_config
-  from agent_rl.rollout.layout import chat_pieces
-  c = host_config()
-  c.rollout.max_turns, c.rollout.max_action_tokens = 4, 256
-  return host_demo_batches(env, TOK, episode_config(c, TOK),
-                           chat_pieces(TOK, env.instruction, "sys"), TOK.vocab_size, num_demos,
-                           1000, world_model=world_model)
+  return host_demos(env, TOK, num_demos, 256, world_model=world_model)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_host_demo_turns_state_and_predict_the_games_observations(workers):
   env = TextHostEnv(GamePool(KeyRoomGame, 3, workers=workers), TOK, obs_len=48)
   try:
-    batches, st = _demos(env, 5, world_model=True)
+    batches, st, _ = _demos(env, 5, world_model=True)
     # Every demo replays to a win: the env read each command out of the SPA turn's <answer>.
-    assert st == dict(demos=5, skipped=0, replayed_success=1.0) and len(batches) == 2
+    assert st == dict(demos=5, skipped=0, replayed_success=1.0, iwm_failed=0) and len(batches) == 2
     tasks = np.asarray(sample_tasks(env, [1000 + i for i in range(5)]))
     end = TOK.special("<|im_end|>")
     for j, b in enumerate(batches):
@@ -81,7 +73,7 @@ def test_demo_games_without_a_plan_are_left_out_and_the_rest_replanned(world_mod
   from tests.envs.host.hostgames import PlanGapGame
   env = TextHostEnv(GamePool(PlanGapGame, 6, workers=0), TOK, obs_len=48)
   try:
-    _, st = _demos(env, 12, world_model=world_model)
+    _, st, _ = _demos(env, 12, world_model=world_model)
     # Reference: the same rule by hand (each round drops the rows whose start has no plan).
     tasks = np.asarray(sample_tasks(env, [1000 + i for i in range(12)]))
     kept = 0
@@ -96,7 +88,7 @@ def test_demo_games_without_a_plan_are_left_out_and_the_rest_replanned(world_mod
         t = [t[i] for i in ok]
       kept += len(t)
     assert 0 < kept < 10  # some rows moved at least once in this panel
-    assert st == dict(demos=kept, skipped=12 - kept, replayed_success=1.0)
+    assert st == dict(demos=kept, skipped=12 - kept, replayed_success=1.0, iwm_failed=0)
   finally:
     env.close()
 
@@ -118,7 +110,7 @@ def test_alfworld_traces_match_the_game_played_by_hand(tmp_path):
     try:
       for r in range(2):
         plan, texts = _by_hand(game, env.task_ids[r], reset_seed(keys[r]))
-        assert plans[r] == plan and traces[r] == texts and len(texts) == len(plan) + 1
+        assert plans[r] == plan and [o.text for o in traces[r]] == texts and len(texts) == len(plan) + 1
     finally:
       game.close()
     assert env.observation_traces(tasks, keys, [None, plans[1]]) == [None, traces[1]]

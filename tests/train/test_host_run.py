@@ -178,9 +178,9 @@ def test_host_sft_demos_replay_the_games_expert_plans():
   c = host_config()
   c.rollout.max_turns, c.rollout.max_action_tokens = 4, 40
   ecfg = episode_config(c, tok)
-  batches, st = host_demo_batches(env, tok, ecfg, chat_pieces(tok, env.instruction, "sys"),
-                                  tok.vocab_size, 7, 1000)
-  assert st == dict(demos=7, skipped=0, replayed_success=1.0) and len(batches) == 3  # 3+3+1
+  batches, st, _ = host_demo_batches(env, tok, ecfg, chat_pieces(tok, env.instruction, "sys"),
+                                     tok.vocab_size, 7, 1000)
+  assert st == dict(demos=7, skipped=0, replayed_success=1.0, iwm_failed=0) and len(batches) == 3
   b = batches[0]
   first = np.asarray(b.tokens)[0][np.asarray(b.loss_mask)[0] > 0]
   reset_keys, _, _ = episode_keys(jax.random.fold_in(jax.random.key(0), 0), 3, 1)

@@ -51,6 +51,19 @@ def host_config(workers=0, overlap=True, iterations=2):
   return c
 
 
+def host_demos(env, tok, num_demos: int, max_action_tokens: int, **kw):
+  """host_demo_batches (data/host_demos.py) of `num_demos` demos from seed 1000 on
+  `host_config`'s episode settings with 4 turns; kw: world_model, iwm_alternatives."""
+  from agent_rl.data.host_demos import host_demo_batches
+  from agent_rl.eval.evaluate import episode_config
+  from agent_rl.rollout.layout import chat_pieces
+  c = host_config()
+  c.rollout.max_turns, c.rollout.max_action_tokens = 4, max_action_tokens
+  return host_demo_batches(env, tok, episode_config(c, tok),
+                           chat_pieces(tok, env.instruction, "sys"), tok.vocab_size, num_demos,
+                           1000, **kw)
+
+
 def checkpoint_params(c, workdir, step):
   """The params of checkpoint `step` of the run in `workdir`, restored onto `c`'s mesh."""
   import os

@@ -51,8 +51,9 @@ OPS.register("expert", lambda game, arg: list(game.expert(*arg)))
 def _played(game, reset_arg, commands) -> list:
   """The game's observations [s_0, ..., s_n] from a fresh `reset(*reset_arg)` and `commands`
   played in order: another game's state rebuilt by replay (op "replay": the last one; a
-  branched rollout's copies, text_env.py), or an expert plan's states (op "trace": their
-  texts; world-model SFT, data/host_demos.py)."""
+  branched rollout's copies, text_env.py; early experience's next states,
+  data/early_experience.py), or an expert plan's states (op "trace": every observation;
+  world-model SFT and early experience, data/host_demos.py)."""
   obs = [game.reset(*reset_arg)]
   for command in commands:
     obs.append(game.step(command).obs)
@@ -60,7 +61,7 @@ def _played(game, reset_arg, commands) -> list:
 
 
 OPS.register("replay", lambda game, arg: _played(game, *arg)[-1])
-OPS.register("trace", lambda game, arg: [o.text for o in _played(game, *arg)])
+OPS.register("trace", lambda game, arg: _played(game, *arg))
 # Ops that start the game afresh and play ((task_id, seed), commands).
 REPLAYS = ("replay", "trace")
 

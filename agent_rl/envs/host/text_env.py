@@ -117,19 +117,20 @@ class TextHostEnv:
     """The games' expert plans (`TextGame.expert`) from the starts a reset with these tasks
     `[n]` and reset keys `[n, 2]` gives (games 0..n-1 compute them): a list of command lists,
     None where the game has no plan (its adapter raised, or it has no expert)."""
-    items = list(enumerate(self._starts(tasks, reset_keys)))
+    items = list(enumerate(self.starts(tasks, reset_keys)))
     return [p if isinstance(p, list) else None for p in self.pool.call("expert", items)]
 
-  def _starts(self, tasks, reset_keys) -> list:
+  def starts(self, tasks, reset_keys) -> list:
     """[(task_id, seed)] of tasks `[n]` and reset keys `[n, 2]`, one per game 0..n-1."""
     return [arg for _, arg in self._reset_items(tasks, reset_keys, 1)[0]]
 
   def observation_traces(self, tasks, reset_keys, plans) -> list:
-    """The games' observation texts [s_0, ..., s_n] along `plans` (expert_plans' lists, n
-    commands each) from the same starts (games 0..n-1 play them): world-model SFT's states
+    """The games' observations [s_0, ..., s_n] (`GameObs`: text, admissible commands) along
+    `plans` (expert_plans' lists, n commands each) from the same starts (games 0..n-1 play
+    them): world-model SFT's states and early experience's branch points
     (data/host_demos.py). None where the plan is None or the game failed (its reason is not
     kept: the demo is left out as one without a plan)."""
-    starts = self._starts(tasks, reset_keys)
+    starts = self.starts(tasks, reset_keys)
     if len(plans) != len(starts):
       raise ValueError(f"TextHostEnv: {len(plans)} plans for {len(starts)} tasks")
     rows = [r for r, p in enumerate(plans) if p is not None]
@@ -138,6 +139,15 @@ class TextHostEnv:
     for r, got in zip(rows, self.pool.call("trace", items)):
       out[r] = got if isinstance(got, list) else None
     return out
+
+  def replayed_observations(self, starts, command_lists) -> list:
+    """The observation (`GameObs`) after each of `command_lists` played from a fresh reset at
+    its start ((task_id, seed), as `starts` gives), spread over the pool's games (any number
+    of items: a game plays its items in turn): early experience's next states
+    (data/early_experience.py). None where the game failed."""
+    items = [(i % self.pool.num_games, (tuple(s), list(cmds)))
+             for i, (s, cmds) in enumerate(zip(starts, command_lists))]
+    return [None if isinstance(o, Failed) else o for o in self.pool.call("replay", items)]
 
   def privileged_plans(self, tasks, reset_keys, width: int) -> Text:
     """`Text [n, width]` (host arrays), a JAX env's `privileged_text` for hindsight teachers
