@@ -11,7 +11,8 @@ first `sft.iwm_steps` of the `sft.steps` draw IWM rows, train/phases.py).
 
 Choices where the paper is model-specific or silent (written here so they can be changed):
 - The alternatives are `sft.iwm_alternatives` of the game's admissible commands at s_t other
-  than the expert's, uniform without replacement, seeded by (chunk, demo row, turn). The paper
+  than the expert's, uniform without replacement, seeded by (chunk, demo row, turn): like the
+  demo tasks (train/sft.py's DEMO_SEED_BASE), the same for every run seed. The paper
   samples them from the initial policy; a pretrained instruct model shown the admissible list
   proposes from that set, and a policy trained from scratch proposes text the game does not
   parse, so the admissible set is the support in both cases. A game that exposes no
@@ -49,9 +50,10 @@ class Transition:
 
 def alternatives(admissible: Sequence[str], expert: str, k: int,
                  rng: np.random.Generator) -> list[str]:
-  """Up to `k` of the admissible commands other than `expert`, uniform without replacement
-  (sorted first, so the draw does not depend on the game's listing order)."""
-  pool = sorted(set(admissible) - {expert})
+  """Up to `k` of the admissible commands other than `expert` (ignoring case, as the env's
+  admissible check does, text_env.py), uniform without replacement (sorted first, so the draw
+  does not depend on the game's listing order)."""
+  pool = sorted({a for a in admissible if a.lower() != expert.lower()})
   if not pool:
     return []
   pick = rng.choice(len(pool), size=min(k, len(pool)), replace=False)

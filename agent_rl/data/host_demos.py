@@ -7,9 +7,9 @@ Demo task i is the training panel's `env.sample_task(key(seed_base + i))`. The d
 replayed in chunks of at most the pool's size (a host rollout steps one game per episode);
 chunk j's rollout key is fold_in(key(0), j), and each plan is computed by the game from the
 start that key's reset gives it (the same (task_id, seed)), so the replay follows the plan.
-A game without a plan (its adapter raised or has no `expert`; with world-model turns, also one
-whose trace failed) is left out and counted, and the chunk's other games are planned again
-from the starts of their new rows (a reset key depends on the row). Plans
+A game without a plan (its adapter raised or has no `expert`; with world-model turns or early
+experience, also one whose trace failed) is left out and counted, and the chunk's other games
+are planned again from the starts of their new rows (a reset key depends on the row). Plans
 are recomputed on each start-up (no dataset on disk): a host package's planner is the source
 of truth, and the SFT rows are a pure function of the run config. With `iwm_alternatives` the
 kept games' early experience (data/early_experience.py: other admissible commands at each

@@ -258,7 +258,7 @@ def _check_iwm(c, need) -> None:
   if not (k or n):
     return
   need(bool(k) == bool(n), "sft.iwm_steps" if k else "sft.iwm_alternatives",
-       f"sft.iwm_alternatives ({k}) and sft.iwm_steps ({n}) are both > 0 or both 0: "
+       f"sft.iwm_alternatives ({k}) and sft.iwm_steps ({n}) must be both > 0 or both 0: "
        "the IWM stage needs transitions and steps to fit them")
   need(n <= c.sft.steps, "sft.iwm_steps",
        f"{n} must be <= sft.steps ({c.sft.steps}): the IWM stage is the first of the SFT steps")
@@ -267,3 +267,8 @@ def _check_iwm(c, need) -> None:
        f"env {c.env.name!r} is not one")
   need(c.sft.get("plans", "expert") == "expert", "sft.iwm_alternatives",
        "early experience branches from the expert plans (sft.plans='expert')")
+  # An IWM row is no agent's turn: with per-agent weights or frozen agents it would train one
+  # agent's weights (row agent 0) or, agent 0 frozen, nothing at all.
+  need(c.agents.mode == "shared" and not c.agents.frozen, "sft.iwm_alternatives",
+       f"supported with one shared network (agents.mode='shared', no agents.frozen), got "
+       f"mode={c.agents.mode!r} frozen={c.agents.frozen!r}")

@@ -39,6 +39,8 @@ def test_alternatives_are_other_admissible_commands_drawn_uniformly():
   assert all(abs(seen[a] - 1500) < 120 for a in adm if a != "take key"), seen
   assert alternatives(adm, "look", 9, np.random.default_rng(0)) == sorted(set(adm) - {"look"})
   assert alternatives(["look"], "look", 2, np.random.default_rng(0)) == []
+  # the env reads commands ignoring case: the expert's own command is never an alternative
+  assert alternatives(["Take Key", "look"], "take key", 2, np.random.default_rng(0)) == ["look"]
 
 
 def _demos(env, num_demos, k):
@@ -55,8 +57,9 @@ def test_transitions_are_the_game_played_by_hand(workers):
     tasks = np.asarray(sample_tasks(env, [1000 + i for i in range(5)]))
     want = []
     for j in range(2):  # chunks of the pool's 3 games: 3 + 2
-      keys = np.asarray(episode_keys(jax.random.fold_in(jax.random.key(0), j), 3, 1)[0])
-      for i in range(min(3, 5 - 3 * j)):
+      n = min(3, 5 - 3 * j)
+      keys = np.asarray(episode_keys(jax.random.fold_in(jax.random.key(0), j), n, 1)[0])
+      for i in range(n):
         game = KeyRoomGame()
         start = (env.task_ids[int(tasks[3 * j + i])], reset_seed(keys[i]))
         plan = game.expert(*start)
@@ -112,8 +115,8 @@ def test_iwm_rows_train_on_the_next_observation_only():
 
 
 @pytest.mark.parametrize("field,value,match", [
-    ("iwm_alternatives", 2, "sft.iwm_steps.*both > 0 or both 0"),
-    ("iwm_steps", 5, "sft.iwm_alternatives.*both > 0 or both 0"),
+    ("iwm_alternatives", 2, "sft.iwm_steps.*must be both > 0 or both 0"),
+    ("iwm_steps", 5, "sft.iwm_alternatives.*must be both > 0 or both 0"),
     ("iwm_alternatives", -1, "sft.iwm_alternatives: must be an int >= 0"),
 ])
 def test_bad_iwm_settings_name_the_field(field, value, match):
@@ -135,6 +138,9 @@ def test_iwm_needs_a_host_game_and_its_steps_inside_sft_steps():
   c = host_config(iterations=0)
   c.sft.steps, c.sft.iwm_alternatives, c.sft.iwm_steps = 10, 2, 11
   with pytest.raises(ValueError, match=r"sft.iwm_steps: 11 must be <= sft.steps \(10\)"):
+    validate(c)
+  c.sft.iwm_steps, c.agents.mode = 5, "lora"
+  with pytest.raises(ValueError, match="sft.iwm_alternatives: supported with one shared network"):
     validate(c)
 
 
