@@ -58,7 +58,8 @@ def main() -> None:
   for i, metric in enumerate(("success", "reward")):
     per = {a: [v[i] for v in arms[a]] for a in arms}
     d = stats.welch_diff(per["iwm"], per["imitation"])
-    out[metric] = dict(per_seed=per, iwm_minus_imitation=d.diff, ci95=None if d.ci95 is None else list(d.ci95))
+    out[metric] = dict(per_seed=per, iwm_minus_imitation=d.diff,
+                       ci95=None if d.ci95 is None else list(d.ci95))
   write_json(os.path.join(os.path.dirname(__file__), "results", "early_experience_toy.json"),
              out)
 

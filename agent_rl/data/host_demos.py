@@ -68,8 +68,8 @@ def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: 
     states = ([[game_state_text(o.text) for o in tr] for tr in traces] if world_model
               else None)
     if iwm_alternatives > 0:
-      got, failed = game_transitions(env, env.starts(t, reset_keys), plans, traces, iwm_alternatives,
-                                     g_cfg.max_turns, j)
+      got, failed = game_transitions(env, env.starts(t, reset_keys), plans, traces,
+                                     iwm_alternatives, g_cfg.max_turns, j)
       transitions += got
       iwm_failed += failed
     forced = encode_demo_turns(tokenizer, plans, g_cfg.max_turns, g_cfg.sampler.max_tokens,

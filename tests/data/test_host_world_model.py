@@ -95,7 +95,8 @@ def test_demo_games_without_a_plan_are_left_out_and_the_rest_replanned(world_mod
 
 def test_alfworld_traces_match_the_game_played_by_hand(tmp_path):
   """Real ALFWorld (generated games, the package's engine and planner): the expert plans'
-  observation traces from a worker process are the game's texts played here."""
+  observation traces, and a replay that branches off a plan, from a worker process are the
+  game's texts played here."""
   pytest.importorskip("alfworld")
   from agent_rl.envs.host.alfworld import ALFWorldGame
   from tests.envs.host.alf_games import GAMES_PER_FAMILY, NUM_OBJECTS
@@ -106,11 +107,21 @@ def test_alfworld_traces_match_the_game_played_by_hand(tmp_path):
     tasks, keys = np.asarray([0, 1], np.int32), np.asarray([[4, 5], [6, 7]], np.uint32)
     plans = env.expert_plans(tasks, keys)
     traces = env.observation_traces(tasks, keys, plans)
+    # Early experience's replays (data/early_experience.py): another admissible command at
+    # the second expert state, played from a fresh reset in the worker.
+    alts = [sorted(set(traces[r][1].admissible) - {plans[r][1]})[0] for r in range(2)]
+    after = env.replayed_observations(env.starts(tasks, keys),
+                                      [plans[r][:1] + [alts[r]] for r in range(2)])
     game = factory()
     try:
       for r in range(2):
-        plan, texts = _by_hand(game, env.task_ids[r], reset_seed(keys[r]))
-        assert plans[r] == plan and [o.text for o in traces[r]] == texts and len(texts) == len(plan) + 1
+        start = (env.task_ids[r], reset_seed(keys[r]))
+        plan, texts = _by_hand(game, *start)
+        assert plans[r] == plan and len(texts) == len(plan) + 1
+        assert [o.text for o in traces[r]] == texts
+        game.reset(*start)
+        game.step(plan[0])
+        assert after[r] is not None and after[r].text == game.step(alts[r]).obs.text
     finally:
       game.close()
     assert env.observation_traces(tasks, keys, [None, plans[1]]) == [None, traces[1]]
