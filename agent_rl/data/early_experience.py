@@ -7,7 +7,9 @@ predict them, L_IWM = -sum_j log p(s^j | s_t, a^j) (the next-token loss on s^j),
 stage before imitation on the expert's own turns (the paper's two-stage recipe: here the
 first `sft.iwm_steps` of the `sft.steps` draw IWM rows, train/phases.py).
 
-    rows = iwm_rows(tokenizer, transitions, like=demo_rows)   # Minibatch [N, W]
+    found, failed = game_transitions(env, starts, plans, traces, k, num_turns, chunk)
+    rows, stats = iwm_rows(tokenizer, chat_pieces(tokenizer, IWM_INSTRUCTION), turn_end,
+                           found, like=demo_rows)               # Minibatch [N, W]
 
 Choices where the paper is model-specific or silent (written here so they can be changed):
 - The alternatives are `sft.iwm_alternatives` of the game's admissible commands at s_t other
@@ -36,6 +38,7 @@ import numpy as np
 
 from agent_rl.data.world_model import game_state_text
 from agent_rl.objective.minibatch import Minibatch
+from agent_rl.tokenizers.padded import pack_prompt_completion
 
 IWM_INSTRUCTION = "Predict the game's next observation after the action."
 
@@ -113,21 +116,12 @@ def iwm_rows(tokenizer, pieces, turn_end: int, transitions: Sequence[Transition]
   if not rows:
     return None, stats
   n = len(rows)
-  tokens = np.full((n, width), pad_id, np.int32)
-  loss = np.zeros((n, width), np.float32)
-  turn = np.full((n, width), -1, np.int32)
-  attend = np.zeros((n, width), bool)
-  for r, (prompt, target) in enumerate(rows):
-    p, q = len(prompt), len(target)
-    tokens[r, :p + q] = prompt + target
-    loss[r, p:p + q] = 1.0
-    turn[r, p:p + q] = 0
-    attend[r, :p + q] = True
-  position = np.broadcast_to(np.arange(width, dtype=like.position.dtype), (n, width))
+  tokens, position, attend, turn = pack_prompt_completion(rows, width, pad_id)
   mb = Minibatch(
-      tokens=jnp.asarray(tokens, like.tokens.dtype), position=jnp.asarray(position),
+      tokens=jnp.asarray(tokens, like.tokens.dtype),
+      position=jnp.asarray(position, like.position.dtype),
       attention_mask=jnp.asarray(attend, like.attention_mask.dtype),
-      loss_mask=jnp.asarray(loss, like.loss_mask.dtype),
+      loss_mask=jnp.asarray(turn == 0, like.loss_mask.dtype),
       turn_index=jnp.asarray(turn, like.turn_index.dtype),
       old_logprobs=jnp.zeros((n, width), like.old_logprobs.dtype),
       advantages=jnp.zeros((n, width), like.advantages.dtype),

@@ -24,6 +24,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow_datasets as tfds
 
+from agent_rl.tokenizers.padded import pack_prompt_completion
+
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
 
 
@@ -167,13 +169,5 @@ def encode_pairs(records: list[dict], tokenizer, max_len: int = 0) -> Rows:
         raise ValueError(f"config.rm.pairs_path: a {k!r} completion encodes to no tokens: {r[k]!r}")
       seqs.append((p, c))
   length = max_len or max(len(p) + len(c) for p, c in seqs)
-  n = len(seqs)
-  tok, ti = np.zeros((n, length), np.int32), np.full((n, length), -1, np.int32)
-  attn = np.zeros((n, length), bool)
-  for i, (p, c) in enumerate(seqs):
-    c = c[-length:]
-    p = p[max(0, len(p) + len(c) - length):]
-    s = np.asarray(p + c, np.int32)
-    tok[i, :len(s)], attn[i, :len(s)], ti[i, len(p):len(s)] = s, True, 0
-  pos = np.broadcast_to(np.arange(length, dtype=np.int32), (n, length)).copy()
-  return Rows(tok, pos, attn, ti)
+  cut = [(p[max(0, len(p) + len(c[-length:]) - length):], c[-length:]) for p, c in seqs]
+  return Rows(*pack_prompt_completion(cut, length))

@@ -251,7 +251,7 @@ def _check_iwm(c, need) -> None:
   """Implicit world modeling on early experience (data/early_experience.py): host games'
   expert demos only, and its steps are the first of `sft.steps`."""
   from agent_rl.envs.host import build as host_envs
-  k, n = c.sft.get("iwm_alternatives", 0), c.sft.get("iwm_steps", 0)
+  k, n = c.sft.iwm_alternatives, c.sft.iwm_steps
   for field, v in (("sft.iwm_alternatives", k), ("sft.iwm_steps", n)):
     need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, field,
          f"must be an int >= 0, got {v!r}")

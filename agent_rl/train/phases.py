@@ -215,16 +215,14 @@ def start_rl(run: Run, params, meta: Meta) -> Progress:
 # -- SFT --------------------------------------------------------------------------------------
 
 def sft_phase(run: Run, prog: Progress) -> Progress:
-  """SFT on solver demonstrations up to `sft.steps` (the first `sft.iwm_steps` of them on
-  early experience's IWM rows, data/early_experience.py), then the switch to RL (evaluated
-  and saved). Returns the Progress at the start of RL."""
+  """SFT up to `sft.steps` (the first `sft.iwm_steps` on IWM rows, data/early_experience.py),
+  then the switch to RL (evaluated and saved). Returns the Progress at the start of RL."""
   c, place = run.c, run.spec.place
-  built = main_process_first(lambda: sft.sft_rows(
+  rows, iwm = main_process_first(lambda: sft.sft_rows(
       c, run.setup, run.ecfg, run.workdir, run.policy, prog.state.params["lm"],
       run.spec.lm_graphdef), "demos")
-  rows, iwm = (None if r is None else place.batch(freeze_rows(r, run.setup.agents.frozen))
-               for r in built)
-  iwm_steps = int(c.sft.get("iwm_steps", 0))
+  rows = place.batch(freeze_rows(rows, run.setup.agents.frozen))
+  iwm = None if iwm is None else place.batch(iwm)  # no agent's turns (checks: none frozen)
   if prog.meta.sft_step == 0:
     ev = evaluate_params(run, prog.state.params)
     run.writer.write(0, ev)
@@ -232,13 +230,10 @@ def sft_phase(run: Run, prog: Progress) -> Progress:
   bar = progress(run.sft_steps, prog.meta.sft_step, "sft")
   state, meta = prog.state, prog.meta
   while meta.sft_step < run.sft_steps:
-    # Early experience first (the paper's two stages), then the demos; each stage's batches
-    # are a pure function of its own step (resumable at any step).
-    stage = meta.sft_step < iwm_steps
-    src, k = (iwm, meta.sft_step) if stage else (rows, meta.sft_step - iwm_steps)
+    batch, stage = sft.stage_batch(rows, iwm, int(c.sft.iwm_steps), c.sft.batch_size,
+                                   meta.sft_step, c.seed)
     # Cut after the longest demo of the batch (train/buckets.py); the NLL is a token mean.
-    mb, _ = buckets.cut(sft.sft_batches(src, c.sft.batch_size, k, c.seed), run.length_bucket)
-    mb = place.batch(mb)
+    mb = place.batch(buckets.cut(batch, run.length_bucket)[0])
     run.ckpt.wait()  # the step donates the state an async save may still be reading
     state, m = run.sft_step(state, mb)
     meta = dataclasses.replace(meta, sft_step=meta.sft_step + 1)

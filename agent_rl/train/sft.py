@@ -88,7 +88,7 @@ def _host_rows(c, setup, ecfg) -> tuple[Minibatch, Optional[Minibatch]]:
   from agent_rl.rollout.layout import chat_pieces
   from agent_rl.tokenizers.chat import turn_end_id
   from agent_rl.train.setup import SYSTEM_PROMPT
-  wm, k = bool(c.sft.world_model), int(c.sft.get("iwm_alternatives", 0))
+  wm, k = bool(c.sft.world_model), int(c.sft.iwm_alternatives)
   batches, st, transitions = host_demo_batches(
       setup.env, setup.tokenizer, ecfg, setup.pieces, setup.model_cfg.vocab_size,
       c.sft.num_demos, DEMO_SEED_BASE, world_model=wm, iwm_alternatives=k)
@@ -132,6 +132,16 @@ def make_sft_loss(apply_fn):
     loss, m = losses.sft_loss(stats.logprobs, mb.loss_mask)
     return loss, {f"sft/{k}": v for k, v in m.items()} | {"sft/loss": loss}
   return loss_fn
+
+
+def stage_batch(rows: Minibatch, iwm: Optional[Minibatch], iwm_steps: int, batch_size: int,
+                step: int, seed: int) -> tuple[Minibatch, bool]:
+  """(the minibatch of SFT step `step`, whether it is an IWM step): early experience's IWM
+  rows for the first `iwm_steps` (the paper's first stage), then the demo rows; each stage's
+  batches are a pure function of its own step, so a run resumes at any step."""
+  if step < iwm_steps:
+    return sft_batches(iwm, batch_size, step, seed), True
+  return sft_batches(rows, batch_size, step - iwm_steps, seed), False
 
 
 def sft_batches(rows: Minibatch, batch_size: int, step: int, seed: int) -> Minibatch:
