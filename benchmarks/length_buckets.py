@@ -90,7 +90,8 @@ def bench(spec: str, bucket: int, rounds: int) -> dict:
     r = build_run(c, wd, place)
     prog = phases.initial_progress(r, init_params(r.spec))
     prog = phases.start_rl(r, prog.state.params, prog.meta)
-    rows, _, _, _, key = phases.rl_batch(r, prog, 0)
+    out = phases.rl_batch(r, prog, 0)
+    rows, key = out.rows, out.key
     cut, full = buckets.cut(rows, bucket)
     filled = _filled(rows)
     st = prog.state

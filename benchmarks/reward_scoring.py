@@ -75,10 +75,10 @@ def main():
     it_walls, batch_walls, it_cpus = [], [], []
     for it in range(args.iters + 1):  # iteration 0 compiles
       t0, c0 = time.perf_counter(), time.process_time()
-      rows, _, batch, _, k = phases.rl_batch(r, prog, it)
+      rows, _, batch, _, k, state = phases.rl_batch(r, prog, it)
       jax.block_until_ready(rows)
       t1 = time.perf_counter()
-      state, m = r.rl_update(prog.state, place.batch(rows), k, int(rows.tokens.shape[1]))
+      state, m = r.rl_update(state, place.batch(rows), k, int(rows.tokens.shape[1]))
       jax.block_until_ready(m)
       t2 = time.perf_counter()
       prog = phases.Progress(state, prog.meta, prog.reference)

@@ -10,9 +10,11 @@ alternates fitting Q on logged trajectories of the current policy with that impr
   python -m agent_rl.train --config=configs/iterpo_deal.py:tiny --workdir=/tmp/iterpo
   python -m agent_rl.train --config=configs/iterpo_deal.py:tiny,grpo --workdir=/tmp/mt_grpo
   python launch/reproduce.py --paper=iterpo_deal --scale=tiny --seeds=3
-  variants: grpo (the baseline: multi-turn GRPO, every turn gets its episode's group-
-  normalised env return, no critic) | shared (Q as a value head on the policy trunk instead of
-  its own decoder) | full.
+  python launch/reproduce.py --paper=iterpo_deal --arms="IterPO fit first" --seeds=3
+  variants: fit_first (the paper's order: each iteration fits Q on its own batch first, 4
+  critic-only passes, then the credit reads the fitted Q; `train.critic_prefit`) | grpo (the
+  baseline: multi-turn GRPO, every turn gets its episode's group-normalised env return, no
+  critic) | shared (Q as a value head on the policy trunk instead of its own decoder) | full.
 
 Method arm (credit `iterpo`, agent_rl/credit/iterpo.py, which states the reading precisely):
 the critic is the Q-function (`model.critic=separate`: its own decoder, as the paper's Q model
@@ -54,9 +56,11 @@ from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
 from agent_rl.train.world_defaults import deal_lite
 
-VARIANTS = dict(grpo=False, shared=False)
+VARIANTS = dict(grpo=False, shared=False, fit_first=False)
 COMPARISON = Comparison(
-    arms={"IterPO": "", "multi-turn GRPO": "grpo"}, method="IterPO", baselines=("multi-turn GRPO",),
+    arms={"IterPO fit first": "fit_first", "IterPO": "", "multi-turn GRPO": "grpo"},
+    method="IterPO fit first", baselines=("multi-turn GRPO", "IterPO"),
+    claims={"IterPO": 0},  # the lagged reading is ours, not a baseline of the paper's
     metrics=("eval/reward", "eval/success", "eval/fair/reward", "rollout/reward"),
     paper_source="Iterative PPO / GRPO (arXiv 2511.21638; LLA 2026): abstract, direction only",
     paper_verified=False, setting="DealLite self-play (shared weights), eval: self-play and vs fair bargainer")
@@ -72,5 +76,7 @@ def get_config(arg: str | None = None):
     c.model.critic = "shared" if args["shared"] else "separate"
     c.credit.name = "iterpo"
     c.credit.kwargs.gamma = 1.0
+    if args["fit_first"]:  # fit Q on this batch, then improve against it (train/prefit.py)
+      c.train.critic_prefit = 4
   c.eval.variant_kwargs = {"fair": {"opponent": "fair"}}
   return c

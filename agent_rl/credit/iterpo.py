@@ -32,7 +32,10 @@ and scores them with Q. In a compiled rollout the G episodes of a task share the
 state (and any later state they reach alike), so those groups are G actions sampled at one
 state, with no extra generation. The Q used is the critic as fitted on the episodes logged
 up to the previous iteration (values are read at rollout time, before this batch's update
-refits it): batch online policy iteration with a one-batch lag, not a re-fit per batch.
+refits it): batch online policy iteration with a one-batch lag. `train.critic_prefit = n`
+(train/prefit.py) gives the paper's order instead: n critic-only passes fit Q on this batch's
+returns, the values are re-scored, and only then does this kernel read them
+(`configs/iterpo_deal.py:tiny,fit_first`).
 """
 from __future__ import annotations
 

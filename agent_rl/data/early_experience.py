@@ -55,8 +55,12 @@ def alternatives(admissible: Sequence[str], expert: str, k: int,
                  rng: np.random.Generator) -> list[str]:
   """Up to `k` of the admissible commands other than `expert` (ignoring case, as the env's
   admissible check does, text_env.py), uniform without replacement (sorted first, so the draw
-  does not depend on the game's listing order)."""
-  pool = sorted({a for a in admissible if a.lower() != expert.lower()})
+  does not depend on the game's listing order); case variants of one command count once, as
+  their first spelling in sorted order."""
+  spelling: dict = {}
+  for a in sorted(admissible):
+    spelling.setdefault(a.lower(), a)
+  pool = sorted(a for low, a in spelling.items() if low != expert.lower())
   if not pool:
     return []
   pick = rng.choice(len(pool), size=min(k, len(pool)), replace=False)

@@ -32,7 +32,8 @@ from agent_rl.rollout.compiled import episode_keys
 
 
 def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: int,
-                      seed_base: int, *, world_model: bool = False, iwm_alternatives: int = 0):
+                      seed_base: int, *, world_model: bool = False, iwm_alternatives: int = 0,
+                      replay_alternatives: bool = True):
   """(EpisodeBatches of the replayed demos, {demos, skipped, replayed_success, iwm_failed},
   early-experience transitions: [] unless `iwm_alternatives` > 0).
 
@@ -41,7 +42,9 @@ def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: 
   observation text before command t of the plan (pool op "trace", the same starts), so the
   SFT loss also fits the next observation; the env reads the command out of <answer>.
   iwm_alternatives: that many other admissible commands at each expert state within the
-  first `max_turns`, replayed (`early_experience.game_transitions`).
+  first `max_turns`, replayed (`early_experience.game_transitions`); with
+  `replay_alternatives=False` the games are traced and kept as with it (the same demos) and
+  nothing is replayed (no transitions).
   """
   tasks = np.asarray(sample_tasks(env, [seed_base + i for i in range(num_demos)]))
   chunk = env.pool.num_games
@@ -67,7 +70,7 @@ def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: 
       continue
     states = ([[game_state_text(o.text) for o in tr] for tr in traces] if world_model
               else None)
-    if iwm_alternatives > 0:
+    if iwm_alternatives > 0 and replay_alternatives:
       got, failed = game_transitions(env, env.starts(t, reset_keys), plans, traces,
                                      iwm_alternatives, g_cfg.max_turns, j)
       transitions += got

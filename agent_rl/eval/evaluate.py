@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from agent_rl.envs.tasks import eval_tasks
+from agent_rl.metrics import to_host
 from agent_rl.rollout.compiled import rollout
 from agent_rl.rollout.episode import EpisodeConfig
 from agent_rl.rollout.sampler import SamplerConfig
@@ -79,3 +80,24 @@ def episode_config(c, tokenizer) -> EpisodeConfig:
   return EpisodeConfig(sampler=sampler, max_turns=r.max_turns, group_size=r.group_size,
                        history=r.history, window_turns=r.window_turns,
                        window_tokens=r.window_tokens if r.history == "windowed" else 0)
+
+
+def evaluate_panels(c, policy, lm_params, setup, ecfg, place, variants=(), counterparts=()
+                    ) -> dict:
+  """The held-out evaluation of a policy LM's params (training and `train.evaluate` alike):
+  the run's env, each env-kwargs variant `(name, env, pieces)` and each learned counterpart
+  (`agents.counterparts.Counterpart`: the run's env, the other agents' weights swapped in).
+  Multi-agent envs with role rewards add `.../agent{k}/return`."""
+  from agent_rl.agents import counterparts as cps, role_terms  # agents/ imports the rollout
+  panels = [("", setup.env, setup.pieces, lm_params)]
+  panels += [(name, env, pieces, lm_params) for name, env, pieces in variants]
+  panels += [(cp.name, setup.env, setup.pieces,
+              cps.splice(setup.agents.mode, lm_params, cp.lm_params, int(c.eval.counterpart_agent)))
+             for cp in counterparts]
+  out = {}
+  for name, env, pieces, p in panels:
+    terms = role_terms(env) if setup.agents.num > 1 else None
+    m = evaluate(policy, p, env, pieces, ecfg, num_tasks=c.eval.num_tasks, seed=c.eval.seed,
+                 k=c.eval.k, greedy=c.eval.greedy, place=place, role_terms=terms)
+    out.update({k.replace("eval/", f"eval/{name}/", 1) if name else k: v for k, v in m.items()})
+  return to_host(out)

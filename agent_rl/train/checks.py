@@ -76,20 +76,24 @@ def validate_config(c: mlc.ConfigDict) -> None:
        f"must be constant|cosine, got {c.optim.schedule!r}")
   need(c.train.iterations >= 0, "train.iterations", "must be >= 0")
   need(c.train.epochs >= 1, "train.epochs", "must be >= 1")
+  for field, what in (("critic_warmup", "critic-only iterations"),
+                      ("critic_prefit", "critic-only passes an iteration")):
+    n, name = c.train.get(field, 0), f"train.{field}"
+    need(isinstance(n, int) and not isinstance(n, bool) and 0 <= n, name,
+         f"must be an int >= 0, got {n!r}")
+    if not n:
+      continue
+    need(c.model.critic != "none", name, f"{n} {what} need a critic (model.critic shared|separate)")
+    from agent_rl.objective.terms import term_names
+    need("value" in term_names(c) and c.loss.value_coef > 0, name,
+         "needs the value term (loss.terms holds 'value', loss.value_coef > 0): it is what the "
+         "critic-only update trains")
+    need(c.agents.mode == "shared", name,
+         f"supported with agents.mode='shared' (one network), got {c.agents.mode!r}")
   warm = c.train.get("critic_warmup", 0)
-  need(isinstance(warm, int) and not isinstance(warm, bool) and 0 <= warm, "train.critic_warmup",
-       f"must be an int >= 0, got {warm!r}")
   if warm:
-    need(c.model.critic != "none", "train.critic_warmup",
-         f"{warm} critic-only iterations need a critic (model.critic shared|separate)")
     need(warm < c.train.iterations, "train.critic_warmup",
          f"{warm} must be < train.iterations ({c.train.iterations}): the actor never trains")
-    from agent_rl.objective.terms import term_names
-    need("value" in term_names(c) and c.loss.value_coef > 0,
-         "train.critic_warmup", "needs the value term (loss.terms holds 'value', "
-         "loss.value_coef > 0): it is what the warm-up trains")
-    need(c.agents.mode == "shared", "train.critic_warmup",
-         f"supported with agents.mode='shared' (one network), got {c.agents.mode!r}")
   lb = c.train.get("length_bucket", 0)
   need(isinstance(lb, int) and not isinstance(lb, bool) and lb >= 0, "train.length_bucket",
        f"must be an int >= 0 (tokens; 0: no cut), got {lb!r}")

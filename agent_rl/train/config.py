@@ -144,6 +144,11 @@ def base_config() -> mlc.ConfigDict:
       # critic then have separate optimizer states, the actor's starting at its first update
       # (train/optim.py critic_only).
       critic_warmup=0,
+      # > 0 (with a critic): each RL iteration first fits the critic on its own batch, this
+      # many critic-only passes (train.epochs x minibatches each), then re-scores the values
+      # the credit reads (IterPO's fit-Q-then-improve; train/prefit.py); 0: the values are
+      # the critic's at rollout time (verl). Actor and critic get separate optimizer states.
+      critic_prefit=0,
       # > 0: each RL update, SFT step and rollout-time scoring pass (critic, KL reference,
       # teacher) runs on its rows cut after the longest filled row, rounded up to a multiple
       # of this many tokens (train/buckets.py: the same loss, one compile per length); 0:

@@ -6,7 +6,7 @@
 Prints (and writes to DIR/eval.json, or --out=FILE) success, reward, pass@k and avg@k of the
 policy in the newest readable (or best-by-eval) checkpoint of DIR, on the config's held-out task
 seeds, and the same on every `eval.variant_kwargs` and `eval.counterparts` panel (eval/<name>/...),
-through the same function as the run's own evaluations (`train.phases.evaluate_panels`):
+through the same function as the run's own evaluations (`eval.evaluate.evaluate_panels`):
 
     # agent 0 of a DealLite run against bob of another seed's run and of its own step 10
     python -m agent_rl.train.evaluate --config=configs/ibrl_deal.py:tiny --workdir=runs/a \
@@ -20,13 +20,12 @@ import os
 from absl import app, flags, logging
 
 from agent_rl.agents import counterparts
-from agent_rl.eval.evaluate import episode_config
+from agent_rl.eval.evaluate import episode_config, evaluate_panels
 from agent_rl.parallel.placement import make_placement
 from agent_rl.agents.routing import rollout_policy
 from agent_rl.train.cli import define_config_flag
 from agent_rl.train.config import check_fields, validate
 from agent_rl.train.pretrained import load_run_policy, run_agents
-from agent_rl.train.phases import evaluate_panels
 from agent_rl.train.setup import build, eval_variants
 
 _CONFIG = define_config_flag("config", "the run's config file")

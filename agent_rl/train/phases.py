@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -21,13 +21,24 @@ from agent_rl.credit import baseline
 from agent_rl.envs.tasks import batched_sampler
 from agent_rl.envs.tools import tool_metrics
 from agent_rl.eval.episodes import held_out_episodes
-from agent_rl.eval.evaluate import evaluate, extras_metrics
+from agent_rl.eval.evaluate import evaluate_panels, extras_metrics
 from agent_rl.objective import shapers
 from agent_rl.parallel.distributed import main_process_first
-from agent_rl.train import buckets, hindsight, host_games, learner, sft
+from agent_rl.train import buckets, hindsight, host_games, learner, prefit, sft
 from agent_rl.train.checkpoint import CheckpointLayoutError, RunCheckpoint
 from agent_rl.train.metrics import check_finite, progress, to_host
 from agent_rl.train.state import StateSpec, TrainState, copy_tree, new_train_state
+
+
+class RLBatch(NamedTuple):
+  """What `rl_batch` hands the update: the training rows, the rollout's metrics, the shaped
+  EpisodeBatch, the new shaper state, the update key, and the state (its critic pre-fit)."""
+  rows: Any
+  metrics: dict
+  batch: Any
+  shaper_state: dict
+  key: jax.Array
+  state: TrainState
 
 
 class SimulatedKill(RuntimeError):
@@ -123,27 +134,6 @@ def evaluate_params(run: Run, params) -> dict:
                          run.spec.place.batch, run.eval_envs, run.counterparts)
 
 
-def evaluate_panels(c, policy, lm_params, setup, ecfg, place, variants=(), counterparts=()
-                    ) -> dict:
-  """The held-out evaluation of a policy LM's params (training and `train.evaluate` alike):
-  the run's env, each env-kwargs variant `(name, env, pieces)` and each learned counterpart
-  (`agents.counterparts.Counterpart`: the run's env, the other agents' weights swapped in).
-  Multi-agent envs with role rewards add `.../agent{k}/return`."""
-  from agent_rl.agents import counterparts as cps
-  panels = [("", setup.env, setup.pieces, lm_params)]
-  panels += [(name, env, pieces, lm_params) for name, env, pieces in variants]
-  panels += [(cp.name, setup.env, setup.pieces,
-              cps.splice(setup.agents.mode, lm_params, cp.lm_params, int(c.eval.counterpart_agent)))
-             for cp in counterparts]
-  out = {}
-  for name, env, pieces, p in panels:
-    terms = role_terms(env) if setup.agents.num > 1 else None
-    m = evaluate(policy, p, env, pieces, ecfg, num_tasks=c.eval.num_tasks, seed=c.eval.seed,
-                 k=c.eval.k, greedy=c.eval.greedy, place=place, role_terms=terms)
-    out.update({k.replace("eval/", f"eval/{name}/", 1) if name else k: v for k, v in m.items()})
-  return to_host(out)
-
-
 def log_episodes(run: Run, params, step: int, tag: str) -> None:
   """A few greedy held-out episodes as text (prompt, actions, observations, rewards) into the
   writers and the report. Every process runs the (collective) rollout; process 0 writes."""
@@ -220,7 +210,7 @@ def sft_phase(run: Run, prog: Progress) -> Progress:
   c, place = run.c, run.spec.place
   rows, iwm = main_process_first(lambda: sft.sft_rows(
       c, run.setup, run.ecfg, run.workdir, run.policy, prog.state.params["lm"],
-      run.spec.lm_graphdef), "demos")
+      run.spec.lm_graphdef, iwm_needed=prog.meta.sft_step < int(c.sft.iwm_steps)), "demos")
   rows = place.batch(freeze_rows(rows, run.setup.agents.frozen))
   iwm = None if iwm is None else place.batch(iwm)  # no agent's turns (checks: none frozen)
   if prog.meta.sft_step == 0:
@@ -238,7 +228,7 @@ def sft_phase(run: Run, prog: Progress) -> Progress:
     state, m = run.sft_step(state, mb)
     meta = dataclasses.replace(meta, sft_step=meta.sft_step + 1)
     if meta.sft_step % c.train.log_every == 0 or meta.sft_step == run.sft_steps:
-      last = to_host(m) | ({"sft/iwm": float(stage)} if iwm is not None else {})
+      last = to_host(m) | ({"sft/iwm": float(stage)} if c.sft.iwm_steps else {})
       check_finite(meta.global_step, last)
       run.writer.write(meta.global_step, last)
       if bar is not None:
@@ -278,8 +268,8 @@ def reset_ahead(run: Run, it: int) -> None:
 
 
 def rl_batch(run: Run, prog: Progress, it: int):
-  """Rollout, scoring (critic, reference, teacher), reward shaping and credit of iteration
-  `it`; returns (training rows, rollout metrics, the shaped batch, new shaper state)."""
+  """Rollout, scoring (critic, reference, teacher), reward shaping, the critic's pre-fit
+  (train/prefit.py) and credit of iteration `it`."""
   c, place, params = run.c, run.spec.place, prog.state.params
   tasks, k_roll, k_upd = iteration_inputs(run, it)
   tasks = place.batch(tasks)
@@ -312,11 +302,13 @@ def rl_batch(run: Run, prog: Progress, it: int):
   if run.reward_model is not None:  # its scores reach the rewards via the reward_model shaper
     batch = run.reward_model.attach(batch)
   batch, smetrics, shaper_state = shapers.apply_shapers(c, batch, prog.meta.shaper_state)
+  # (it donates prog.state: `state` holds the same policy LM, its critic fitted)
+  state, batch, pmetrics = prefit.fit_critic_first(run, prog.state, batch, k_upd, score_kw)
   rows = freeze_rows(learner.prepare_jit(batch, run.credit_fn(batch)), run.setup.agents.frozen)
   if c.hindsight.mode:  # TRIAL-style: the policy with privileged context rescores the tokens
-    rows, hmetrics = hindsight.rescore(run, params["lm"], tasks, k_roll, batch, rows)
+    rows, hmetrics = hindsight.rescore(run, state.params["lm"], tasks, k_roll, batch, rows)
     rmetrics = {**rmetrics, **hmetrics}
-  return rows, {**rmetrics, **smetrics}, batch, shaper_state, k_upd
+  return RLBatch(rows, {**rmetrics, **smetrics, **pmetrics}, batch, shaper_state, k_upd, state)
 
 
 def evaluate_only(run: Run, prog: Progress) -> dict:
@@ -343,7 +335,7 @@ def rl_phase(run: Run, prog: Progress) -> dict:
   warm = int(c.train.get("critic_warmup", 0))
   while prog.meta.iteration < run.iterations:
     t0 = time.perf_counter()
-    rows, rmetrics, batch, shaper_state, k_upd = rl_batch(run, prog, prog.meta.iteration)
+    rows, rmetrics, batch, shaper_state, k_upd, state = rl_batch(run, prog, prog.meta.iteration)
     # Where the iteration goes (rollout and credit vs the update): the rows are waited for,
     # which the update would do anyway.
     jax.block_until_ready(rows)
@@ -357,7 +349,7 @@ def rl_phase(run: Run, prog: Progress) -> dict:
     update = run.critic_update if prog.meta.iteration < warm else run.rl_update
     # Rows cut after the longest filled row (train/buckets.py); `full` stays the loss's C.
     rows, full = buckets.cut(rows, run.length_bucket)
-    state, umetrics = update(prog.state, run.spec.place.batch(rows), k_upd, full)
+    state, umetrics = update(state, run.spec.place.batch(rows), k_upd, full)
     if warm:
       umetrics = {**umetrics, "train/critic_only": float(prog.meta.iteration < warm)}
     meta = dataclasses.replace(prog.meta, iteration=prog.meta.iteration + 1,

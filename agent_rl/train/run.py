@@ -29,7 +29,7 @@ from agent_rl.parallel.memory import report as memory_report
 from agent_rl.parallel.placement import Placement, make_placement
 from agent_rl.rollout.compiled import make_rollout
 from agent_rl.rollout.strategies import STRATEGIES
-from agent_rl.train import hindsight, lora_learner, phases, pretrained, sft
+from agent_rl.train import hindsight, lora_learner, phases, prefit, pretrained, sft
 from agent_rl.train.checkpoint import RunCheckpoint
 from agent_rl.train.config import validate
 from agent_rl.train import teacher as teacher_lib
@@ -104,12 +104,14 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   pretrained.save_run_agents(ag, workdir)  # the resolved count (eval, export, teachers read it)
   spec = state_spec(model_factory(c, setup.model_cfg, ag), place)
   sft_steps, iters = int(c.sft.steps), int(c.train.iterations)
-  warm = int(c.train.get("critic_warmup", 0))
+  warm, fits = int(c.train.get("critic_warmup", 0)), prefit.prefit_passes(c)
   rl_opt = make_optimizer(c.optim, iters * updates_per_iteration(c))
   warm_opt = None
-  if warm:  # verl's separate optimizers: the actor's schedule spans its own updates only
+  if warm or fits:  # verl's separate optimizers: each schedule spans its own updates only
     actor_opt = make_optimizer(c.optim, (iters - warm) * updates_per_iteration(c))
-    rl_opt, warm_opt = actor_critic(actor_opt, rl_opt), critic_only(actor_opt, rl_opt)
+    critic_opt = (make_optimizer(c.optim, iters * (1 + fits) * updates_per_iteration(c))
+                  if fits else rl_opt)
+    rl_opt, warm_opt = actor_critic(actor_opt, critic_opt), critic_only(actor_opt, critic_opt)
   sft_opt = make_optimizer(mlc.ConfigDict(dict(c.optim.to_dict(), lr=c.sft.lr, warmup_steps=0,
                                                schedule="constant")), max(sft_steps, 1))
   if setup.model_cfg.lora is not None:  # only adapters (and a critic head) train and hold state
@@ -184,7 +186,7 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
     return jit_update(rl_train_step, spec, rl_opt)
 
   critic_update = None
-  if warm:  # critic warm-up: the value term alone, the actor's optimizer holds (optim.py)
+  if warm_opt is not None:  # warm-up, pre-fit: the value term alone, the actor's optimizer holds
     value_c = c.copy_and_resolve_references()
     value_c.loss.terms = "value"
     critic_update = rl_update(loss_of(build_objective(value_c)), warm_opt)

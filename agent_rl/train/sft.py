@@ -43,21 +43,22 @@ def demo_rows(c, setup, ecfg, workdir: str, policy=None, lm_params=None, lm_grap
   return sft_rows(c, setup, ecfg, workdir, policy, lm_params, lm_graphdef)[0]
 
 
-def sft_rows(c, setup, ecfg, workdir: str, policy=None, lm_params=None, lm_graphdef=None
-             ) -> tuple[Minibatch, Optional[Minibatch]]:
+def sft_rows(c, setup, ecfg, workdir: str, policy=None, lm_params=None, lm_graphdef=None,
+             iwm_needed: bool = True) -> tuple[Minibatch, Optional[Minibatch]]:
   """(demo rows, IWM rows or None). Demo rows: the solver plans of `config.sft.num_demos`
   tasks replayed as episodes (a host env: its games' expert plans, data/host_demos.py;
   `sft.plans="route_agreement"`: Hera's router labels from the run's own frozen workers,
   agents/hera.py, which reads the run's `policy` and `lm_params`). IWM rows: with
   `sft.iwm_alternatives` (host games), the demos' early experience as next-observation
-  predictions (data/early_experience.py), as wide as the demo rows."""
+  predictions (data/early_experience.py), as wide as the demo rows; `iwm_needed=False` (a run
+  resumed past `sft.iwm_steps`): None, and the alternatives are not replayed."""
   from agent_rl.envs.host.build import is_host
   if c.sft.get("plans", "expert") == "route_agreement":
     from agent_rl.agents.hera import agreement_rows
     seeds = [DEMO_SEED_BASE + i for i in range(c.sft.num_demos)]
     return agreement_rows(c, setup, ecfg, policy, lm_params, lm_graphdef, seeds), None
   if is_host(c.env.name):
-    return _host_rows(c, setup, ecfg)
+    return _host_rows(c, setup, ecfg, iwm_needed)
   seeds = [DEMO_SEED_BASE + i for i in range(c.sft.num_demos)]
   builder = DemoBuilder(env=setup.env, env_name=c.env.name, env_kwargs=dict(c.env.kwargs),
                         seeds=seeds, data_dir=os.path.join(workdir, "data"))
@@ -80,7 +81,7 @@ def sft_rows(c, setup, ecfg, workdir: str, policy=None, lm_params=None, lm_graph
   return _rows_of(batch), None
 
 
-def _host_rows(c, setup, ecfg) -> tuple[Minibatch, Optional[Minibatch]]:
+def _host_rows(c, setup, ecfg, iwm_needed: bool) -> tuple[Minibatch, Optional[Minibatch]]:
   """A host game's demo rows (data/host_demos.py) and, with `sft.iwm_alternatives`, its IWM
   rows (data/early_experience.py)."""
   from agent_rl.data.early_experience import IWM_INSTRUCTION, iwm_rows
@@ -91,12 +92,13 @@ def _host_rows(c, setup, ecfg) -> tuple[Minibatch, Optional[Minibatch]]:
   wm, k = bool(c.sft.world_model), int(c.sft.iwm_alternatives)
   batches, st, transitions = host_demo_batches(
       setup.env, setup.tokenizer, ecfg, setup.pieces, setup.model_cfg.vocab_size,
-      c.sft.num_demos, DEMO_SEED_BASE, world_model=wm, iwm_alternatives=k)
+      c.sft.num_demos, DEMO_SEED_BASE, world_model=wm, iwm_alternatives=k,
+      replay_alternatives=iwm_needed)
   print(f"SFT demos (host{', world-model turns' if wm else ''}): {st['demos']} games "
         f"({st['skipped']} without a plan{' or trace' if wm or k else ''}), replayed "
         f"success {st['replayed_success']:.3f}", flush=True)
   rows = jax.tree.map(lambda *x: jnp.concatenate(x, axis=0), *map(_rows_of, batches))
-  if not k:
+  if not (k and iwm_needed):
     return rows, None
   tok = setup.tokenizer
   # The run's system prompt and chat format, the world-model question as the user's message.

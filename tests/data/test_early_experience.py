@@ -41,6 +41,9 @@ def test_alternatives_are_other_admissible_commands_drawn_uniformly():
   assert alternatives(["look"], "look", 2, np.random.default_rng(0)) == []
   # the env reads commands ignoring case: the expert's own command is never an alternative
   assert alternatives(["Take Key", "look"], "take key", 2, np.random.default_rng(0)) == ["look"]
+  # and case variants of one command are one alternative (its first spelling, sorted)
+  assert alternatives(["look", "go east", "Look"], "take key", 3,
+                      np.random.default_rng(0)) == ["Look", "go east"]
 
 
 def _demos(env, num_demos, k):
@@ -78,17 +81,37 @@ def test_transitions_are_the_game_played_by_hand(workers):
     assert st["iwm_failed"] == 0 and st["demos"] == 5
     assert got == want and len(want) > 10
     assert any(w.next_state != w.state for w in want)  # some alternatives change the room
+    if not workers:  # resumed past the IWM stage: the same demos, nothing replayed
+      batches, st2, none = host_demos(env, TOK, 5, 16, iwm_alternatives=2,
+                                      replay_alternatives=False)
+      assert none == [] and st2["demos"] == 5
+      same = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), batches, _demos(env, 5, 2)[0])
+      assert all(jax.tree.leaves(same))
   finally:
     env.close()
 
 
-def _like(width):
+def test_stage_batch_switches_at_iwm_steps_and_each_stage_counts_its_own_steps():
+  """IWM batches for steps < iwm_steps, then the demo rows from their own step 0: each stage
+  is a pure function of the step, so a run resumed on either side draws the same batches."""
+  from agent_rl.train.sft import sft_batches, stage_batch
+  demos = _like(6, 10)._replace(tokens=np.arange(60, dtype=np.int32).reshape(10, 6))
+  iwm = _like(6, 7)._replace(tokens=-np.arange(1, 43, dtype=np.int32).reshape(7, 6))
+  eq = lambda a, b: all(jax.tree.leaves(jax.tree.map(lambda x, y: np.array_equal(x, y), a, b)))
+  for step in range(8):
+    got, is_iwm = stage_batch(demos, iwm, 3, 4, step, 5)
+    want = sft_batches(iwm, 4, step, 5) if step < 3 else sft_batches(demos, 4, step - 3, 5)
+    assert is_iwm == (step < 3) and eq(got, want)
+  assert stage_batch(demos, None, 3, 4, 3, 5)[1] is False  # past the stage: no IWM rows needed
+
+
+def _like(width, n=1):
   from agent_rl.objective.minibatch import Minibatch
-  z = np.zeros((1, width), np.float32)
-  return Minibatch(tokens=np.zeros((1, width), np.int32), position=np.zeros((1, width), np.int32),
-                   attention_mask=np.zeros((1, width), bool), loss_mask=z,
-                   turn_index=np.zeros((1, width), np.int32), old_logprobs=z, advantages=z,
-                   agent=np.zeros((1,), np.int32))
+  z = np.zeros((n, width), np.float32)
+  return Minibatch(tokens=np.zeros((n, width), np.int32), position=np.zeros((n, width), np.int32),
+                   attention_mask=np.zeros((n, width), bool), loss_mask=z,
+                   turn_index=np.zeros((n, width), np.int32), old_logprobs=z, advantages=z,
+                   agent=np.zeros((n,), np.int32))
 
 
 def test_iwm_rows_train_on_the_next_observation_only():

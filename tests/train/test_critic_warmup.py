@@ -1,5 +1,5 @@
 """Critic warm-up (`train.critic_warmup`, verl's trainer.critic_warmup): the first iterations
-train the critic alone. The actor/critic optimizers against plain optax on each subtree; a run whose
+train the critic alone (here with the critic's pre-fit on each batch too). The actor/critic optimizers against plain optax on each subtree; a run whose
 policy LM is bit-identical across a warm-up iteration and moves after it; exact resume across
 the switch; the config errors."""
 import json
@@ -56,9 +56,12 @@ def test_critic_only_moves_the_critic_alone_and_the_actor_starts_at_its_schedule
   assert np.all(np.asarray(upd2["lm"]["w"]) != 0)
 
 
-def _config(iterations=3):
+def _config(iterations=3, prefit=1):
+  """GAE with a value head, 2 warm-up iterations; each iteration also pre-fits the critic on
+  its batch (`train.critic_prefit`, tests/train/test_critic_prefit.py): its key derivation and
+  optimizer are what the exact resume below also checks, in the same three runs."""
   c = tiny_config(iterations=iterations, ckpt_every=1, credit="gae", critic="shared")
-  c.train.critic_warmup = 2
+  c.train.critic_warmup, c.train.critic_prefit = 2, prefit
   return c
 
 
@@ -83,7 +86,7 @@ def test_warmup_iterations_keep_the_policy_then_it_trains(tmp_path):
   assert not same(p2["lm"], p3["lm"])  # iteration 3 trains the actor
   rl = [r for r in _records(wd) if "train/critic_only" in r]
   assert [r["train/critic_only"] for r in rl] == [1.0, 1.0, 0.0]
-  assert all(np.isfinite(r["loss/value"]) for r in rl)
+  assert all(np.isfinite(r["loss/value"]) and np.isfinite(r["prefit/loss/value"]) for r in rl)
   # Exact resume across the switch: killed after iteration 2 (its state lost), the restart
   # redoes it from checkpoint 1 and then trains the actor from its held state as the full run.
   killed = str(tmp_path / "k")
@@ -97,7 +100,7 @@ def test_warmup_iterations_keep_the_policy_then_it_trains(tmp_path):
 def test_warmup_with_lora_keeps_adapters_and_base_then_trains_the_adapters(tmp_path):
   """The warm-up's held actor inside LoRA's frozen-base optimizer (nested multi_transforms):
   iteration 2 moves the value head only; iteration 3 the adapters, never the base."""
-  c = _config()
+  c = _config(prefit=0)
   c.model.lora.rank, c.model.lora.alpha, c.model.lora.targets = 4, 8.0, "q,v"
   wd = str(tmp_path / "l")
   run(c, wd)
