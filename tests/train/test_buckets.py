@@ -145,14 +145,14 @@ def test_a_run_with_length_buckets_trains_on_cut_rows_with_the_same_losses(tmp_p
   """PPO with a critic and a KL reference: the SFT steps, the scoring passes (critic values,
   reference log-probs) and the update all run on cut rows. Both runs also split each step in 2
   micro-batches and the scoring passes in 2 slices (the run wiring of `train.microbatches`,
-  tests/train/test_microbatches.py)."""
+  tests/train/test_microbatches.py), and pre-fit the critic on cut rows (`train.critic_prefit`)."""
   from agent_rl.train.run import run
   out = {}
   for bucket in (0, 8):
     c = tiny_config(iterations=1, sft_steps=2, credit="gae", critic="shared")
     c.loss.kl_coef = 0.05
     c.train.minibatch_episodes, c.train.microbatches = 4, 2
-    c.train.length_bucket = bucket
+    c.train.length_bucket, c.train.critic_prefit = bucket, 1
     c.train.eval_every = 100  # the final evaluation only
     run(c, str(tmp_path / f"b{bucket}"))
     out[bucket] = _metrics(str(tmp_path / f"b{bucket}"))
@@ -165,7 +165,8 @@ def test_a_run_with_length_buckets_trains_on_cut_rows_with_the_same_losses(tmp_p
   assert cut["train/row_length"] < full["train/row_length"]
   assert cut["train/row_length"] % 8 == 0
   assert cut["rollout/reward"] == full["rollout/reward"]
-  for k in ("loss/total", "loss/policy", "loss/value", "loss/kl_ref", "grad/norm"):
+  for k in ("loss/total", "loss/policy", "loss/value", "loss/kl_ref", "grad/norm",
+            "prefit/loss/value"):
     np.testing.assert_allclose(cut[k], full[k], rtol=1e-4, atol=1e-7)
   assert np.isfinite(cut["grad/norm"]) and cut["grad/norm"] > 0
   assert "train activations" in capsys.readouterr().out  # the start-up memory estimate
