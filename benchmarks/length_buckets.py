@@ -94,7 +94,7 @@ def bench(spec: str, bucket: int, rounds: int) -> dict:
     rows, key = out.rows, out.key
     cut, full = buckets.cut(rows, bucket)
     filled = _filled(rows)
-    st = prog.state
+    st = out.state  # (a critic pre-fit donated prog.state)
     rl, rl_out = _paired(
         lambda: r.rl_update(copy_tree(st), place.batch(rows), key, full)[1],
         lambda: r.rl_update(copy_tree(st), place.batch(cut), key, full)[1], rounds)

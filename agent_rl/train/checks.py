@@ -90,6 +90,11 @@ def validate_config(c: mlc.ConfigDict) -> None:
          "critic-only update trains")
     need(c.agents.mode == "shared", name,
          f"supported with agents.mode='shared' (one network), got {c.agents.mode!r}")
+  split = c.optim.get("actor_critic_split", False)
+  need(isinstance(split, bool), "optim.actor_critic_split", f"must be a bool, got {split!r}")
+  if split:
+    need(c.model.critic != "none", "optim.actor_critic_split",
+         "separate actor and critic optimizers need a critic (model.critic shared|separate)")
   warm = c.train.get("critic_warmup", 0)
   if warm:
     need(warm < c.train.iterations, "train.critic_warmup",

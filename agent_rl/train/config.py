@@ -130,6 +130,10 @@ def base_config() -> mlc.ConfigDict:
   c.optim = mlc.ConfigDict(dict(
       name="adamw", lr=3e-4, warmup_steps=0, schedule="constant", weight_decay=0.0,
       b1=0.9, b2=0.95, clip_norm=1.0, grad_accum=1, total_steps=0,
+      # True (with a critic): actor and critic get separate optimizer states, schedules and
+      # gradient clipping (verl's two optimizers, train/optim.py actor_critic); always so with
+      # train.critic_warmup or train.critic_prefit. False: one optimizer over all params.
+      actor_critic_split=False,
   ))
   c.train = mlc.ConfigDict(dict(
       iterations=20, epochs=1, minibatch_episodes=64,

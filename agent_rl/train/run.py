@@ -107,7 +107,8 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   warm, fits = int(c.train.get("critic_warmup", 0)), prefit.prefit_passes(c)
   rl_opt = make_optimizer(c.optim, iters * updates_per_iteration(c))
   warm_opt = None
-  if warm or fits:  # verl's separate optimizers: each schedule spans its own updates only
+  if warm or fits or c.optim.get("actor_critic_split", False):
+    # verl's separate optimizers: each schedule spans its own updates only
     actor_opt = make_optimizer(c.optim, (iters - warm) * updates_per_iteration(c))
     critic_opt = (make_optimizer(c.optim, iters * (1 + fits) * updates_per_iteration(c))
                   if fits else rl_opt)

@@ -88,6 +88,7 @@ def test_prefit_run_resumes_exactly(tmp_path):
     (dict(prefit=True), "must be an int >= 0"),
     (dict(critic="none"), "need a critic"),
     (dict(terms="policy"), "needs the value term"),
+    (dict(mode="separate"), "supported with agents.mode='shared'"),
 ])
 def test_bad_prefit_is_a_clear_error(setting, match):
   c = _config(prefit=setting.get("prefit", 1))
@@ -95,5 +96,15 @@ def test_bad_prefit_is_a_clear_error(setting, match):
     c.model.critic, c.credit.name = setting["critic"], "grpo"
   if "terms" in setting:
     c.loss.terms = setting["terms"]
+  if "mode" in setting:
+    c.env.name, c.env.kwargs, c.agents.mode = "deal_lite", {}, setting["mode"]
+    c.rollout.history, c.rollout.window_turns = "windowed", 1
   with pytest.raises(ValueError, match=rf"train.critic_prefit.*{match}"):
+    validate(c)
+
+
+def test_actor_critic_split_without_a_critic_is_a_clear_error():
+  c = _config(prefit=0)
+  c.optim.actor_critic_split, c.model.critic, c.credit.name = True, "none", "grpo"
+  with pytest.raises(ValueError, match=r"optim.actor_critic_split.*need a critic"):
     validate(c)
