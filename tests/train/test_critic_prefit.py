@@ -15,6 +15,7 @@ from agent_rl.train import learner, phases
 from agent_rl.train.config import validate
 from agent_rl.train.run import SimulatedKill, build_run, run
 from agent_rl.train.state import init_params
+from tests.credit import numpy_ref
 from tests.train.tiny import tiny_config
 
 
@@ -26,13 +27,7 @@ def _config(prefit=2, iterations=2):
 
 def _mc_returns(reward, valid, turn_index):
   """Each token's undiscounted return-to-go of its turn `[N, L]` (NaN off the turns)."""
-  n, t = reward.shape
-  g = np.zeros((n, t))
-  for i in range(n):
-    acc = 0.0
-    for j in reversed(range(t)):
-      acc += reward[i, j] * valid[i, j]
-      g[i, j] = acc
+  _, g = numpy_ref.remax(reward, np.zeros(len(reward)), valid)  # (its loop's return-to-go)
   out = np.full(turn_index.shape, np.nan)
   on = turn_index >= 0
   out[on] = g[np.nonzero(on)[0], turn_index[on]]
