@@ -24,10 +24,10 @@ is separate from the policy), regressed every iteration on the logged episodes' 
 return-to-go (the value loss term); Q(s_t, a_t) is its value at the last token of turn t's
 action; each turn's advantage is single-turn GRPO of Q among the actions sampled at the same
 state (same task group, same `state_hash` before the action: at turn 0 all G episodes of a
-task; later, the episodes that reached the same offer); a state sampled once gets 0. Q is
-read at rollout time, i.e. as fitted on the batches logged before this one (a one-batch lag
-to the paper's fit-then-improve; no fresh actions are sampled at logged states: the group's
-own episodes are the samples). Windowed history, one turn per row: each turn is a single-turn
+task; later, the episodes that reached the same offer); a state sampled once gets 0. By
+default Q is read at rollout time, i.e. as fitted on the batches logged before this one (a
+one-batch lag); `fit_first` fits it on the batch first, the paper's order (no fresh actions
+are sampled at logged states in either: the group's own episodes are the samples). Windowed history, one turn per row: each turn is a single-turn
 sample. Both roles share one policy network (`agents.mode=shared`; per-agent weights with
 IterPO are not measured). Both arms optimise the same env reward (self-play: the
 joint welfare, alice's + bob's value of the deal / 10 each).
@@ -53,6 +53,15 @@ the policy trunk (`shared`, seed 0) the value regression damaged the policy: hel
 self-play fell to eval/reward -0.50, eval/success 0.06 (invalid turns); hence the separate Q
 decoder by default. `--config.credit.kwargs.norm=mean_norm` (Q - mean, no std; seed 0):
 last-5-iteration rollout/reward 0.69, as the default's 0.69.
+
+fit_first and its control split (2026-12-06, seeds 0-2, two runs at a time on the 2-core CPU):
+eval/reward 0.47 (-0.50, 1.00, 0.91) fit first vs 0.98 (1.00, 1.00, 0.94) split; fit first
+minus GRPO -0.49 [-2.56, +1.58], minus split -0.51 [-2.60, +1.57], n.s. Fit first's seed 0
+collapses at iterations 9-10 (training return 0.59 -> -0.35, then no deals held out) while its
+Q fits the batch returns closely (value loss 0.01-0.03). The 4 pre-fit passes cost 28-31 s of
+a 43 s iteration: ~12 min a run against ~6 min for split. So the paper's direction does not
+show in either order at this scale, and the lagged Q with its own optimizers (split) is the
+best IterPO arm here.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
