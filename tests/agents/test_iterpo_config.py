@@ -45,8 +45,17 @@ def test_comparison_arms_are_the_variants():
   mod = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(mod)
   comp = mod.COMPARISON
-  assert comp.method == "IterPO" and comp.baselines == ("multi-turn GRPO",)
-  assert mod.get_config("tiny," + comp.arms["multi-turn GRPO"]).credit.name == "grpo"
+  assert comp.method == "IterPO fit first"
+  assert comp.baselines == ("multi-turn GRPO", "IterPO split", "IterPO")
+  assert dict(comp.claims) == {"IterPO split": 0, "IterPO": 0}  # our readings, not the paper's
+  cfg = lambda arm: mod.get_config("tiny," + comp.arms[arm])
+  assert cfg("multi-turn GRPO").credit.name == "grpo"
+  # fit first = the lagged arm plus the pre-fit; split = the lagged arm plus its two optimizers
+  first, split, lagged = cfg("IterPO fit first"), cfg("IterPO split"), cfg("IterPO")
+  assert (first.train.critic_prefit, split.train.critic_prefit, lagged.train.critic_prefit) == (4, 0, 0)
+  assert split.optim.actor_critic_split and not lagged.optim.actor_critic_split
+  for c in (first, split):
+    assert c.credit.name == lagged.credit.name == "iterpo" and c.model.critic == "separate"
   assert not comp.paper and not comp.paper_verified   # no numbers reachable: direction only
 
 

@@ -141,6 +141,10 @@ def _metrics(workdir):
     return [json.loads(line) for line in f]
 
 
+# 2026-12-06 budget cut (70-139 s): the update's and the scoring passes' cuts are the unit
+# tests above, a cut run's SFT and RL run in CI in tests/train/test_multiprocess.py
+# (length_bucket=8), and the critic pre-fit on cut rows in tests/train/test_critic_prefit.py.
+@pytest.mark.slow
 def test_a_run_with_length_buckets_trains_on_cut_rows_with_the_same_losses(tmp_path, capsys):
   """PPO with a critic and a KL reference: the SFT steps, the scoring passes (critic values,
   reference log-probs) and the update all run on cut rows. Both runs also split each step in 2

@@ -36,6 +36,7 @@ def _mc_returns(reward, valid, turn_index):
 
 def test_prefit_fits_q_on_the_batch_before_its_credit(tmp_path):
   c = _config()
+  c.train.length_bucket = 8  # the passes and the re-scoring run on cut rows
   place = make_placement(c.mesh)
   with place.context():
     r = build_run(c, str(tmp_path), place)
@@ -50,7 +51,9 @@ def test_prefit_fits_q_on_the_batch_before_its_credit(tmp_path):
   assert all(np.array_equal(a, b) for a, b in zip(leaves(p0["lm"]), leaves(p1["lm"])))
   critic = lambda p: {k: v for k, v in p.items() if k != "lm"}  # critic_lm, value_head
   assert not all(np.array_equal(a, b) for a, b in zip(leaves(critic(p0)), leaves(critic(p1))))
-  np.testing.assert_array_equal(np.asarray(out.batch.values), np.asarray(after))
+  # (rows cut at another length round differently: train/buckets.py)
+  np.testing.assert_allclose(np.asarray(out.batch.values), np.asarray(after), rtol=1e-5, atol=1e-6)
+  assert not np.allclose(np.asarray(before), np.asarray(after), atol=1e-3)
   np.testing.assert_array_equal(np.asarray(out.rows.advantages), np.asarray(ref_rows.advantages))
   b = jax.device_get(out.batch)
   g = _mc_returns(b.reward, b.valid, b.turn_index)
