@@ -303,11 +303,7 @@ def rl_batch(run: Run, prog: Progress, it: int):
     batch = run.reward_model.attach(batch)
   batch, smetrics, shaper_state = shapers.apply_shapers(c, batch, prog.meta.shaper_state)
   # (it donates prog.state: `state` holds the same policy LM, its critic fitted)
-  t_fit = time.perf_counter()
   state, batch, pmetrics = prefit.fit_critic_first(run, prog.state, batch, k_upd, score_kw)
-  if pmetrics:  # (its share of time/rollout_s)
-    jax.block_until_ready(state)
-    pmetrics["time/prefit_s"] = time.perf_counter() - t_fit
   rows = freeze_rows(learner.prepare_jit(batch, run.credit_fn(batch)), run.setup.agents.frozen)
   if c.hindsight.mode:  # TRIAL-style: the policy with privileged context rescores the tokens
     rows, hmetrics = hindsight.rescore(run, state.params["lm"], tasks, k_roll, batch, rows)

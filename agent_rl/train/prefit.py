@@ -21,6 +21,7 @@ of (seed, iteration), so a resumed run repeats it bit for bit.
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import jax
@@ -36,21 +37,24 @@ def prefit_passes(c) -> int:
 def fit_critic_first(run: Any, state: Any, batch: Any, key: jax.Array,
                      score_kw: dict) -> tuple[Any, Any, dict]:
   """(state with the critic fitted on `batch`, `batch` with its values re-scored, the last
-  pass's update metrics as `prefit/<key>`, e.g. `prefit/loss/value`); `state` and `batch`
-  unchanged when the field is 0. `state` is donated: use the returned one.
+  pass's update metrics as `prefit/<key>`, e.g. `prefit/loss/value`, and `time/prefit_s`);
+  `state` and `batch` unchanged when the field is 0. `state` is donated: use the returned one.
 
   run: phases.Run (its `critic_update`, `credit_fn`, placement); batch: the shaped
   EpisodeBatch of this iteration; key: the iteration's update key; score_kw: the scoring
   passes' row cut (`chunks`, `length`) as the rollout-time critic pass used it.
   """
   n = prefit_passes(run.c)
-  metrics: dict = {}
-  if n:
-    run.ckpt.wait()  # the update donates `state`, which the last async save may still read
+  if not n:
+    return state, batch, {}
+  t0 = time.perf_counter()
+  run.ckpt.wait()  # the update donates `state`, which the last async save may still read
   for j in range(n):
     rows, full = buckets.cut(learner.prepare_jit(batch, run.credit_fn(batch)), run.length_bucket)
     state, metrics = run.critic_update(state, run.spec.place.batch(rows),
                                        jax.random.fold_in(key, j + 1), full)
     batch = batch.replace(values=learner.critic_values(
         run.spec.graphdef, state.params, batch, mode=run.setup.agents.mode, **score_kw))
-  return state, batch, {f"prefit/{k}": v for k, v in metrics.items()}
+  jax.block_until_ready(state)  # its time, a share of time/rollout_s
+  return state, batch, {**{f"prefit/{k}": v for k, v in metrics.items()},
+                        "time/prefit_s": time.perf_counter() - t0}
