@@ -8,7 +8,8 @@ walks back to the same receptacles), which is where step groups have signal.
 
   python -m agent_rl.train --config=configs/gigpo_texthouse.py:tiny --workdir=/tmp/gigpo_th
   python -m agent_rl.train --config=configs/gigpo_texthouse.py:tiny,grpo --workdir=/tmp/grpo_th
-  variants: grpo | rloo | ppo (critic + GAE) baselines; long (TextLab, 4 chained stages);
+  variants: grpo | rloo | ppo (critic + GAE) baselines; warmup (with ppo: 5 critic-only
+  iterations first, `train.critic_warmup`); long (TextLab, 4 chained stages);
   full (Qwen2.5-1.5B-Instruct from --config.model.init_from=DIR).
 
 The GiGPO paper's rollout shape, scaled down at `tiny`: group size 8 (kept), 16 tasks per
@@ -39,10 +40,13 @@ from agent_rl.train.config import scaled_config
 from agent_rl.train.world_defaults import (TEXTHOUSE_SFT_OVERRIDES, full_policy, gigpo_or_baseline,
                                           texthouse)
 
-VARIANTS = dict(grpo=False, rloo=False, ppo=False, long=False)
+VARIANTS = dict(grpo=False, rloo=False, ppo=False, long=False, warmup=False)
+WARMUP = 5  # critic-only iterations of the `warmup` variant, added to the run's iterations
 COMPARISON = Comparison(  # the GiGPO paper's ALFWorld row (docstring: numbers [G], unverified)
-    arms={"GiGPO": "", "GRPO": "grpo", "RLOO": "rloo", "PPO": "ppo"}, method="GiGPO",
-    baselines=("GRPO", "RLOO", "PPO"), metrics=("eval/success", "eval/avg@4"),
+    arms={"GiGPO": "", "GRPO": "grpo", "RLOO": "rloo", "PPO": "ppo", "PPO warm-up": "ppo,warmup"},
+    method="GiGPO", baselines=("GRPO", "RLOO", "PPO", "PPO warm-up"),
+    claims={"PPO warm-up": 0},  # ours (is PPO's loss the critic's start?), not the paper's
+    metrics=("eval/success", "eval/avg@4"),
     paper={"GiGPO": {"eval/success": 0.86}, "GRPO": {"eval/success": 0.73},
            "RLOO": {"eval/success": 0.70}, "PPO": {"eval/success": 0.54}},
     paper_source="GiGPO (arXiv:2505.10978), ALFWorld All, Qwen2.5-1.5B-Instruct [G]",
@@ -54,6 +58,9 @@ def get_config(arg: str | None = None):
   c, args = scaled_config(arg, VARIANTS)
   texthouse(c, long="long" in args)
   gigpo_or_baseline(c, args)
+  if args["warmup"]:  # the critic first fits the SFT policy's returns (verl's critic_warmup);
+    c.train.critic_warmup = WARMUP  # then the same 20 policy updates as the other arms
+    c.train.iterations += WARMUP
   if c.scale == "full":
     full_policy(c)
   return c

@@ -77,15 +77,16 @@ def route(mode: str, fn: Callable[[Any], Any], params: Any, agent: jax.Array, *,
   return jax.tree.map(lambda x: select_rows(x, agent), jax.vmap(fn)(params))
 
 
-def make_apply(mode: str, graphdef: Any, frozen: tuple = ()):
+def make_apply(mode: str, graphdef: Any, frozen: tuple = (), values_only: bool = False):
   """`apply(params, tokens, positions, valid, dropout_key=None, agent=None) -> TokenStats`
-  (train.policy.make_apply's, with each row `[B]` of `agent` under its own agent's weights).
+  (train.policy.make_apply's, with each row `[B]` of `agent` under its own agent's weights;
+  values_only: the critic-only update's forward, `ActorCritic.value_stats`).
   frozen: agents that never train (agents/frozen.py; their rows are out of the loss). In the
   separate mode only the other agents' copies run (each copy reads every row, so a Hera
   router over two frozen workers costs one model's forward, not three); a frozen agent's
   rows then read agent 0 of the kept copies, and their outputs are masked by the loss."""
   from agent_rl.train.policy import make_apply as plain_apply
-  base = plain_apply(graphdef)
+  base = plain_apply(graphdef, values_only)
   if mode == "shared":
     return base
 

@@ -106,7 +106,9 @@ def build_objective(c) -> Callable:
   def objective(stats, mb: Minibatch, key, row_length: Optional[int] = None):
     x = TermInputs(stats=stats, mb=mb, mask=mb.loss_mask.astype(jnp.float32),
                    advantages=mb.advantages, weights=None, agg=agg, key=key, scale=row_length)
-    metrics = {"loss/entropy": losses.agg_loss(stats.entropy, x.mask, agg, scale=x.scale)}
+    metrics = {}
+    if stats.entropy is not None:  # None: a critic-only update's forward (policy.value_stats)
+      metrics["loss/entropy"] = losses.agg_loss(stats.entropy, x.mask, agg, scale=x.scale)
     for n, t in active:
       missing = [f for f in t.needs if getattr(mb, f, None) is None]
       if missing:

@@ -30,9 +30,10 @@ LM_DROPOUT, CRITIC_DROPOUT = 1, 2
 
 class TokenStats(NamedTuple):
   """What the losses read from the policy, all `[B, L]` float32, token t scored by the
-  logits at t-1 (position 0 gets 0); `values[:, t]` is V of the prefix ending at t."""
-  logprobs: jax.Array
-  entropy: jax.Array
+  logits at t-1 (position 0 gets 0); `values[:, t]` is V of the prefix ending at t.
+  A critic-only update's forward (`value_stats`) has no log-probs or entropy (None)."""
+  logprobs: Optional[jax.Array]
+  entropy: Optional[jax.Array]
   values: Optional[jax.Array]
 
 
@@ -91,6 +92,23 @@ class ActorCritic(nnx.Module):
                                   chunk=self.logprob_chunk, with_entropy=with_entropy)
     return TokenStats(lp, ent, self._values(tokens, positions, valid, hidden, critic_key))
 
+  def value_stats(self, tokens, positions, valid, *,
+                  dropout_key: Optional[jax.Array] = None) -> TokenStats:
+    """TokenStats(None, None, values): the forward of a critic-only update (train.critic_warmup,
+    train.critic_prefit), whose loss is the value term alone and whose actor optimizer holds.
+    It skips what that loss never reads: the vocabulary projection (log-probs, entropy) and,
+    with a shared trunk, the trunk's backward (`stop_gradient` on its hidden states: the
+    trunk's gradient would be discarded by the held actor). A separate critic runs alone.
+    Values equal `token_stats(...).values` (same ops, same dropout keys)."""
+    if self.critic == "none":
+      raise ValueError("ActorCritic.value_stats: config.model.critic is 'none' (no critic)")
+    lm_key, critic_key = _dropout_keys(self.lm.cfg, dropout_key)
+    hidden = None
+    if self.critic == "shared":
+      hidden = jax.lax.stop_gradient(
+          self.lm.apply(tokens, positions, valid, dropout_key=lm_key)[1])
+    return TokenStats(None, None, self._values(tokens, positions, valid, hidden, critic_key))
+
   def _values(self, tokens, positions, valid, hidden, dropout_key=None) -> Optional[jax.Array]:
     if self.critic == "none":
       return None
@@ -107,16 +125,18 @@ def _dropout_keys(cfg: ModelConfig, key: Optional[jax.Array]):
   return jax.random.fold_in(key, LM_DROPOUT), jax.random.fold_in(key, CRITIC_DROPOUT)
 
 
-def make_apply(graphdef):
+def make_apply(graphdef, values_only: bool = False):
   """`apply(params, tokens, positions, valid, dropout_key=None, agent=None) -> TokenStats` for
   a split ActorCritic; the training losses pass their step key as `dropout_key` (LoRA
   dropout) and each row's acting agent as `agent` (one network: unused here; per-agent
-  weights route on it in `agents.routing.make_apply`)."""
+  weights route on it in `agents.routing.make_apply`). values_only: `value_stats`, the
+  critic-only update's forward."""
 
   def apply(params, tokens, positions, valid, dropout_key=None, agent=None) -> TokenStats:
     del agent
-    return nnx.merge(graphdef, params).token_stats(tokens, positions, valid,
-                                                   dropout_key=dropout_key)
+    model = nnx.merge(graphdef, params)
+    fn = model.value_stats if values_only else model.token_stats
+    return fn(tokens, positions, valid, dropout_key=dropout_key)
 
   return apply
 

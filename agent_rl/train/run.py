@@ -152,11 +152,12 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   objective = build_objective(c)
   # The step key also drives LoRA dropout in the loss's forward (not in the rollout's old
   # log-probs): the ratio's numerator is the dropped-out policy, as PEFT-trained TRL PPO.
-  stats = lambda params, mb, key: apply_fn(params, mb.tokens, mb.position, mb.attention_mask,
-                                           dropout_key=key, agent=mb.agent)
+  def stats_of(apply):
+    return lambda params, mb, key: apply(params, mb.tokens, mb.position, mb.attention_mask,
+                                         dropout_key=key, agent=mb.agent)
   lora = setup.model_cfg.lora is not None  # then no base-weight gradients are computed at all
 
-  def loss_of(objective_fn):
+  def loss_of(objective_fn, stats=stats_of(apply_fn)):
     """row_length -> the RL loss(params, mb, key): `row_length` is the rows' length before a
     length-bucket cut (train/buckets.py), the C of seq-mean-token-sum-norm."""
     def make(row_length):
@@ -190,7 +191,10 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
   if warm_opt is not None:  # warm-up, pre-fit: the value term alone, the actor's optimizer holds
     value_c = c.copy_and_resolve_references()
     value_c.loss.terms = "value"
-    critic_update = rl_update(loss_of(build_objective(value_c)), warm_opt)
+    # ... so its forward is the critic's alone (policy.value_stats: no vocabulary projection,
+    # no backward through a shared trunk whose gradient the held actor would discard).
+    values_fn = agents.make_apply(ag.mode, spec.graphdef, ag.frozen, values_only=True)
+    critic_update = rl_update(loss_of(build_objective(value_c), stats_of(values_fn)), warm_opt)
 
   return phases.Run(
       c=c, workdir=workdir, setup=setup, ecfg=ecfg, spec=spec, policy=policy, rl_opt=rl_opt,

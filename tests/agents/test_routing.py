@@ -105,6 +105,19 @@ def test_kl_reference_and_critic_rows_equal_each_agents_own_model(mode):
 
 
 @pytest.mark.parametrize("mode", ["lora", "separate"])
+@pytest.mark.parametrize("critic", ["shared", "separate"])
+def test_critic_only_forward_routes_like_the_full_one(mode, critic):
+  """The critic-only update's forward (values_only: train.critic_warmup / critic_prefit) keeps
+  each row under its acting agent's critic: the full forward's values, no log-probs."""
+  _, graphdef, params = _stacked(mode, critic=critic)
+  tok, pos, valid, agent = _inputs()
+  full = make_apply(mode, graphdef)(params, tok, pos, valid, agent=agent)
+  only = make_apply(mode, graphdef, values_only=True)(params, tok, pos, valid, agent=agent)
+  assert only.logprobs is None and only.entropy is None
+  np.testing.assert_allclose(np.asarray(only.values), np.asarray(full.values), atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["lora", "separate"])
 def test_hindsight_rows_equal_each_agents_own_model_with_the_prefix(mode):
   """Hindsight rescoring with per-agent weights: each windowed row under its acting agent's
   model, the episode's privileged prefix first (hindsight.row_logprobs of agent k's params)."""
