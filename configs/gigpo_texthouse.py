@@ -8,8 +8,8 @@ walks back to the same receptacles), which is where step groups have signal.
 
   python -m agent_rl.train --config=configs/gigpo_texthouse.py:tiny --workdir=/tmp/gigpo_th
   python -m agent_rl.train --config=configs/gigpo_texthouse.py:tiny,grpo --workdir=/tmp/grpo_th
-  variants: grpo | rloo | ppo (critic + GAE) baselines; warmup (with ppo: 5 critic-only
-  iterations first, `train.critic_warmup`); long (TextLab, 4 chained stages);
+  variants: grpo | rloo | ppo (critic + GAE) baselines; ppo_warmup (PPO after 5 critic-only
+  iterations, `train.critic_warmup`); long (TextLab, 4 chained stages);
   full (Qwen2.5-1.5B-Instruct from --config.model.init_from=DIR).
 
 The GiGPO paper's rollout shape, scaled down at `tiny`: group size 8 (kept), 16 tasks per
@@ -40,10 +40,10 @@ from agent_rl.train.config import scaled_config
 from agent_rl.train.world_defaults import (TEXTHOUSE_SFT_OVERRIDES, full_policy, gigpo_or_baseline,
                                           texthouse)
 
-VARIANTS = dict(grpo=False, rloo=False, ppo=False, long=False, warmup=False)
-WARMUP = 5  # critic-only iterations of the `warmup` variant, added to the run's iterations
+VARIANTS = dict(grpo=False, rloo=False, ppo=False, ppo_warmup=False, long=False)
+WARMUP = 5  # critic-only iterations of the `ppo_warmup` variant, added to the run's iterations
 COMPARISON = Comparison(  # the GiGPO paper's ALFWorld row (docstring: numbers [G], unverified)
-    arms={"GiGPO": "", "GRPO": "grpo", "RLOO": "rloo", "PPO": "ppo", "PPO warm-up": "ppo,warmup"},
+    arms={"GiGPO": "", "GRPO": "grpo", "RLOO": "rloo", "PPO": "ppo", "PPO warm-up": "ppo_warmup"},
     method="GiGPO", baselines=("GRPO", "RLOO", "PPO", "PPO warm-up"),
     claims={"PPO warm-up": 0},  # ours (is PPO's loss the critic's start?), not the paper's
     metrics=("eval/success", "eval/avg@4"),
@@ -57,8 +57,8 @@ COMPARISON = Comparison(  # the GiGPO paper's ALFWorld row (docstring: numbers [
 def get_config(arg: str | None = None):
   c, args = scaled_config(arg, VARIANTS)
   texthouse(c, long="long" in args)
-  gigpo_or_baseline(c, args)
-  if args["warmup"]:  # the critic first fits the SFT policy's returns (verl's critic_warmup);
+  gigpo_or_baseline(c, ("ppo",) if args["ppo_warmup"] else args)
+  if args["ppo_warmup"]:  # the critic first fits the SFT policy's returns (verl's critic_warmup);
     c.train.critic_warmup = WARMUP  # then the same 20 policy updates as the other arms
     c.train.iterations += WARMUP
   if c.scale == "full":

@@ -59,7 +59,8 @@ eval/reward 0.47 (-0.50, 1.00, 0.91) fit first vs 0.98 (1.00, 1.00, 0.94) split;
 minus GRPO -0.49 [-2.56, +1.58], minus split -0.51 [-2.60, +1.57], n.s. Fit first's seed 0
 collapses at iterations 9-10 (training return 0.59 -> -0.35, then no deals held out) while its
 Q fits the batch returns closely (value loss 0.01-0.03). The 4 pre-fit passes cost 28-31 s of
-a 43 s iteration: ~12 min a run against ~6 min for split. So the paper's direction does not
+a 43 s iteration: ~12 min a run against ~6 min for split (measured before the critic-only
+forward, `value_stats`, made each pass 1.29x faster: benchmarks/critic_update.json). So the paper's direction does not
 show in either order at this scale, and the lagged Q with its own optimizers (split) is the
 best IterPO arm here.
 """

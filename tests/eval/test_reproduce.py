@@ -377,7 +377,7 @@ def test_cli_dry_run_prints_one_command_per_run(tmp_path):
                        capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr
   lines = out.stdout.strip().splitlines()
-  assert len(lines) == 8  # 4 arms x 2 seeds
+  assert len(lines) == 10  # 5 arms x 2 seeds
   assert lines[0] == (f"python -m agent_rl.train --config=configs/gigpo_texthouse.py:tiny "
                       f"--workdir={tmp_path}/gigpo_texthouse/GiGPO/seed0 "
                       "--config.model.init_from=runs/texthouse_sft300 "

@@ -18,7 +18,7 @@ VARIANTS = {"ragen_sokoban": ["tiny", "tiny,ppo,kl_reward", "tiny,starpo_s,kl"],
             "dr_grpo_countdown": ["tiny", "tiny,dapo"],
             "spa_sokoban": ["tiny"],
             # The agentic worlds (issue 18) and the PRM comparison (issue 23).
-            "gigpo_texthouse": ["tiny", "tiny,ppo,warmup"], "gigpo_minishop": ["tiny"],
+            "gigpo_texthouse": ["tiny", "tiny,ppo_warmup"], "gigpo_minishop": ["tiny"],
             "beacon_texthouse": ["tiny"],
             "skillc_texthouse": ["tiny"], "tsr_minishop": ["tiny"], "trial_minishop": ["tiny"],
             "prm_sokoban": ["tiny"], "spa_texthouse": ["tiny"],
@@ -47,7 +47,7 @@ VARIANTS = {"ragen_sokoban": ["tiny", "tiny,ppo,kl_reward", "tiny,starpo_s,kl"],
 # Budget: each world config costs ~1 min here (tokenizer corpus along solver plans, long
 # observations), so CI runs one (the hindsight teacher on MiniShop; TextHouse rollouts are in
 # tests/rollout/test_all_envs.py); the rest run with -m slow. Their kernels/strategies have unit tests.
-SLOW = {"gigpo_texthouse:tiny", "gigpo_texthouse:tiny,ppo,warmup", "gigpo_minishop:tiny",
+SLOW = {"gigpo_texthouse:tiny", "gigpo_texthouse:tiny,ppo_warmup", "gigpo_minishop:tiny",
         "beacon_texthouse:tiny",
         "tsr_minishop:tiny", "prm_sokoban:tiny", "skillc_texthouse:tiny",
         # Also over the CI budget: kernels and losses with their own reference tests, whose
