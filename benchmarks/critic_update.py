@@ -8,8 +8,9 @@ each path is its compile and is dropped; medians of wall and CPU seconds):
   forward: `token_stats`, whose entropy the objective logs and whose trunk the value loss
   backpropagates through), then `critic_update` (train.epochs x minibatches, one program) on
   one RL batch from copies of one state. Defaults: `iterpo_deal:fit_first` (IterPO's Q as a
-  separate decoder, pre-fit 4 passes an iteration) and `iterpo_deal:fit_first,shared` (Q as a
-  head on the policy trunk). The value losses of both paths must agree.
+  separate decoder, pre-fit 4 passes an iteration) and `iterpo_deal:fit_first+model.critic=shared`
+  (Q as a head on the policy trunk; `--configs` is comma-separated, so a spec's extra variants
+  are given as `+field=value` overrides). The value losses of both paths must agree.
 - `model`: the update's gradient alone (value loss and the entropy metric the old path logs) at
   two shapes with Qwen2.5's 151,936-token vocabulary, 8 rows x 512 tokens: the learner-memory
   benchmark's model (hidden 512, 8 layers) and a 2-layer, 128-wide one, where the vocabulary

@@ -87,6 +87,9 @@ def test_warmup_iterations_keep_the_policy_then_it_trains(tmp_path):
   rl = [r for r in _records(wd) if "train/critic_only" in r]
   assert [r["train/critic_only"] for r in rl] == [1.0, 1.0, 0.0]
   assert all(np.isfinite(r["loss/value"]) and np.isfinite(r["prefit/loss/value"]) for r in rl)
+  # Critic-only updates run the critic's forward alone (policy.value_stats): no policy entropy.
+  assert ["loss/entropy" in r for r in rl] == [False, False, True]
+  assert not any("prefit/loss/entropy" in r for r in rl)
   # Exact resume across the switch: killed after iteration 2 (its state lost), the restart
   # redoes it from checkpoint 1 and then trains the actor from its held state as the full run.
   killed = str(tmp_path / "k")

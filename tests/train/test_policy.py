@@ -77,7 +77,7 @@ def test_value_stats_are_the_critic_alone(critic, dropout):
   full = make_apply(graphdef)(params, TOK, POS, VALID, dropout_key=key)
   only = jax.jit(make_apply(graphdef, True))(params, TOK, POS, VALID, dropout_key=key)
   assert only.logprobs is None and only.entropy is None
-  np.testing.assert_allclose(only.values, full.values, atol=1e-6)
+  np.testing.assert_allclose(only.values, full.values, rtol=1e-5, atol=1e-6)  # jit vs eager
   g_full = jax.grad(value_loss(False), has_aux=True)(params)[0]
   g_only = jax.grad(value_loss(True), has_aux=True)(params)[0]
 
