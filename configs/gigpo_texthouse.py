@@ -28,7 +28,14 @@ vs GRPO 0.021 +- 0.009, +0.005 [-0.015, +0.026], vs RLOO 0.036 +- 0.018, -0.010 
 +0.027]: no difference, and every arm at or below the policy run's 0.047. PPO ends at 0.000 in
 every seed (0.016-0.062 at iteration 10; entropy 0.21 -> 0.06 while the critic on the shared
 trunk learns from scratch), so GiGPO's +0.026 [+0.004, +0.048] over it is PPO losing the policy
-run's successes, not GiGPO gaining. **At tiny
+run's successes, not GiGPO gaining. PPO warm-up (`ppo_warmup`: 5 critic-only iterations, then
+the same 20 policy updates; 3 seeds, 2026-12-06), chosen to test that reading: 0.010 +- 0.009
+(0.000, 0.016, 0.016), +0.010 [-0.012, +0.033] over PPO (n.s.), GiGPO +0.016 [-0.005, +0.036]
+over it. Its entropy stays 0.17-0.22, but held-out success still falls from 0.047 (mean eval
+reward 0.40 after SFT -> 0.29 / 0.17 / -0.12 after 5 / 15 / 20 policy updates). The head-only
+critic barely fits during the warm-up (value loss 0.43-0.59 -> 0.36-0.54: the SFT trunk's
+features do not carry the return) and fits once the trunk trains (0.02-0.03 at the end): the
+warm-up removes PPO's entropy collapse here, not its loss of the SFT policy's successes. **At tiny
 scale this row cannot discriminate**: the planner's demos walk straight to the hidden object
 (it reads the true state), which a policy can only find by searching receptacles, so SFT leaves
 success near the floor and training rollouts see 0-5% successes to group on. The searching
