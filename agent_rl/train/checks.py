@@ -24,6 +24,8 @@ def validate_config(c: mlc.ConfigDict) -> None:
        f"unknown preset {c.model.preset!r}; known: {', '.join(sorted(PRESETS))}")
   need(c.model.critic in ("none", "shared", "separate"), "model.critic",
        f"must be none|shared|separate, got {c.model.critic!r}")
+  need(c.model.get("critic_init", "policy") in ("policy", "random"), "model.critic_init",
+       f"must be policy|random, got {c.model.get('critic_init')!r}")
   lc = c.model.logprob_chunk
   need(isinstance(lc, int) and not isinstance(lc, bool) and lc >= -1, "model.logprob_chunk",
        f"must be an int >= -1 (-1 = auto, 0 = materialized logits), got {lc!r}")

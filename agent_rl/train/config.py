@@ -29,6 +29,10 @@ def base_config() -> mlc.ConfigDict:
       dtype="", param_dtype="",
       init_from="",  # a HF safetensors dir or an agent_rl checkpoint dir ("" = random init)
       critic="none",  # none | shared (value head on the policy trunk) | separate
+      # A separate critic's decoder as RL starts: "policy" = a copy of the policy LM then (after
+      # SFT / model.init_from; verl's critic.model.path is the actor's), "random" = the seed's
+      # init. The value head starts fresh either way.
+      critic_init="policy",
       # Learner log-probs from hidden states in chunks of this many tokens (rows x positions;
       # memory ~chunk x V, not B x L x V); 0 materializes the logits (the benchmark's baseline).
       # -1 (auto, train.setup.logprob_chunk): materialized for vocabularies <= 8,192 (faster

@@ -197,7 +197,13 @@ def resume(run: Run) -> Optional[Progress]:
 
 def start_rl(run: Run, params, meta: Meta) -> Progress:
   """RL starts from `params` with a fresh optimizer state; the KL reference (only when a
-  term or shaper uses it) is a frozen copy of exactly these params."""
+  term or shaper uses it) is a frozen copy of exactly these params, and so is a separate
+  critic's decoder with `model.critic_init=policy` (the value head stays fresh)."""
+  if run.c.model.critic == "separate" and run.c.model.get("critic_init", "policy") == "policy":
+    # In place (an nnx.State); each copy keeps the critic's own shardings.
+    params["critic_lm"] = jax.tree.map(
+        lambda p, q: p if p.sharding == q.sharding else jax.device_put(p, q.sharding),
+        copy_tree(params["lm"]), params["critic_lm"])
   ref = copy_tree(params["lm"]) if run.uses_reference else None
   return Progress(new_train_state(run.spec, params, run.rl_opt, run.c.seed), meta, ref)
 

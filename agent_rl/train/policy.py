@@ -3,7 +3,8 @@ trunk, or a separate value model), and the pure `apply` the learner differentiat
 
 PPO's critic (Schulman et al., 2017) either shares the trunk (`critic="shared"`: one
 forward, value head on the final hidden state) or is a separate transformer of the same
-size (`critic="separate"`, as RAGEN/verl's PPO).
+size (`critic="separate"`, as RAGEN/verl's PPO; it starts as a copy of the policy LM when RL
+starts, `model.critic_init`, train/phases.start_rl).
 
 The learner never sees logits: `token_stats` turns the final hidden states into per-token
 log-probs and entropies with `agent_rl.models.logprobs.shifted_token_stats`, chunked over the

@@ -1,0 +1,67 @@
+"""A separate critic's decoder as RL starts (`model.critic_init`): "policy" copies the policy LM
+RL starts from (after SFT or `model.init_from`; verl's critic.model.path is the actor's), with
+the critic's own shardings and its own buffers; "random" keeps the seed's init. The value head
+starts fresh either way."""
+import jax
+import numpy as np
+import pytest
+
+from agent_rl.parallel.placement import make_placement
+from agent_rl.train import phases
+from agent_rl.train.config import validate
+from agent_rl.train.run import build_run
+from agent_rl.train.state import init_params
+from tests.train.tiny import tiny_config
+
+
+def _leaves(tree):
+  return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+def _same(a, b):
+  return all(np.array_equal(x, y) for x, y in zip(_leaves(a), _leaves(b)))
+
+
+@pytest.mark.parametrize("mesh", [dict(num_devices=1), dict(num_devices=4, fsdp=2, tensor=2)])
+def test_policy_init_copies_the_policy_rl_starts_from(tmp_path, mesh):
+  c = tiny_config(credit="gae", critic="separate")
+  c.model.num_heads, c.model.num_kv_heads = 4, 2  # kv heads split over tensor=2
+  for k, v in mesh.items():
+    c.mesh[k] = v
+  place = make_placement(c.mesh)
+  with place.context():
+    r = build_run(c, str(tmp_path), place)
+    fresh = init_params(r.spec)
+    seed_critic = jax.device_get(fresh["critic_lm"])
+    head = jax.device_get(fresh["value_head"])
+    # What SFT would hand over: a policy LM unlike the seed's init.
+    fresh["lm"] = jax.tree.map(lambda x: x * 1.5 + 0.01, fresh["lm"])
+    lm = jax.device_get(fresh["lm"])
+    prog = phases.initial_progress(r, fresh)  # no SFT steps: straight to start_rl
+    p = prog.state.params
+    assert _same(p["critic_lm"], lm) and not _same(seed_critic, lm)
+    assert _same(p["value_head"], head)  # a fresh value head
+    want = jax.tree.leaves(r.spec.abstract_params())  # the jitted step's in_shardings
+    got = jax.tree.leaves(p)
+    assert [a.sharding for a in got] == [w.sharding for w in want]
+    # The first update (which donates the state) trains the two apart: own buffers.
+    out = phases.rl_batch(r, prog, 0)
+    state, _ = r.rl_update(out.state, place.batch(out.rows), out.key, out.rows.tokens.shape[1])
+    assert not _same(state.params["critic_lm"], state.params["lm"])
+    r.ckpt.close()
+
+
+def test_random_init_keeps_the_seeds_critic_and_bad_names_are_refused(tmp_path):
+  c = tiny_config(credit="gae", critic="separate")
+  c.model.critic_init = "random"
+  place = make_placement(c.mesh)
+  with place.context():
+    r = build_run(c, str(tmp_path), place)
+    fresh = init_params(r.spec)
+    seed_critic = jax.device_get(fresh["critic_lm"])
+    p = phases.initial_progress(r, fresh).state.params
+    assert _same(p["critic_lm"], seed_critic) and not _same(p["critic_lm"], p["lm"])
+    r.ckpt.close()
+  c.model.critic_init = "sft"
+  with pytest.raises(ValueError, match="config.model.critic_init: must be policy|random"):
+    validate(c)
