@@ -88,9 +88,8 @@ def get_config(arg: str | None = None):
     c.credit.name = "grpo"
   else:
     c.model.critic = "shared" if args["shared"] else "separate"
-    # The measured rows' Q decoder started from random weights (before model.critic_init
-    # existed); "policy" (a copy of the SFT policy, verl's default) is not measured here.
-    c.model.critic_init = "random"
+    if c.scale == "tiny":  # the measured rows' Q decoder started at random weights (before
+      c.model.critic_init = "random"  # model.critic_init); full: the policy's copy (verl's)
     c.credit.name = "iterpo"
     c.credit.kwargs.gamma = 1.0
     if args["fit_first"]:  # fit Q on this batch, then improve against it (train/prefit.py)
