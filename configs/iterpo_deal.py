@@ -16,7 +16,9 @@ alternates fitting Q on logged trajectories of the current policy with that impr
   gives actor and critic optimizers of their own, each clipping its own gradients) | split
   (the default's lagged Q with those two optimizers: fit_first's control) | grpo (the
   baseline: multi-turn GRPO, every turn gets its episode's group-normalised env return, no
-  critic) | shared (Q as a value head on the policy trunk instead of its own decoder) | full.
+  critic) | shared (Q as a value head on the policy trunk instead of its own decoder) |
+  q_policy (Q's decoder starts as a copy of the SFT policy, `model.critic_init=policy`; tiny's
+  other arms start it at random weights, as they were measured) | full.
 
 Method arm (credit `iterpo`, agent_rl/credit/iterpo.py, which states the reading precisely):
 the critic is the Q-function (`model.critic=separate`: its own decoder, as the paper's Q model
@@ -68,13 +70,14 @@ from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
 from agent_rl.train.world_defaults import deal_lite
 
-VARIANTS = dict(grpo=False, shared=False, fit_first=False, split=False)
+VARIANTS = dict(grpo=False, shared=False, fit_first=False, split=False, q_policy=False)
 COMPARISON = Comparison(
     arms={"IterPO fit first": "fit_first", "IterPO split": "split", "IterPO": "",
-          "multi-turn GRPO": "grpo"},
-    method="IterPO fit first", baselines=("multi-turn GRPO", "IterPO split", "IterPO"),
-    # the lagged readings are ours, not baselines of the paper's
-    claims={"IterPO split": 0, "IterPO": 0},
+          "multi-turn GRPO": "grpo", "IterPO fit first, Q from policy": "fit_first,q_policy"},
+    method="IterPO fit first",
+    baselines=("multi-turn GRPO", "IterPO split", "IterPO", "IterPO fit first, Q from policy"),
+    # the lagged readings and Q's init are ours, not baselines of the paper's
+    claims={"IterPO split": 0, "IterPO": 0, "IterPO fit first, Q from policy": 0},
     metrics=("eval/reward", "eval/success", "eval/fair/reward", "rollout/reward"),
     paper_source="Iterative PPO / GRPO (arXiv 2511.21638; LLA 2026): abstract, direction only",
     paper_verified=False, setting="DealLite self-play (shared weights), eval: self-play and vs fair bargainer")
@@ -88,8 +91,10 @@ def get_config(arg: str | None = None):
     c.credit.name = "grpo"
   else:
     c.model.critic = "shared" if args["shared"] else "separate"
-    if c.scale == "tiny":  # the measured rows' Q decoder started at random weights (before
-      c.model.critic_init = "random"  # model.critic_init); full: the policy's copy (verl's)
+    # The measured tiny rows' Q decoder started at random weights (before model.critic_init);
+    # q_policy (and full): Q's decoder starts as the SFT policy's copy (verl's critic init).
+    if c.scale == "tiny" and not args["q_policy"]:
+      c.model.critic_init = "random"
     c.credit.name = "iterpo"
     c.credit.kwargs.gamma = 1.0
     if args["fit_first"]:  # fit Q on this batch, then improve against it (train/prefit.py)

@@ -46,8 +46,9 @@ def test_comparison_arms_are_the_variants():
   spec.loader.exec_module(mod)
   comp = mod.COMPARISON
   assert comp.method == "IterPO fit first"
-  assert comp.baselines == ("multi-turn GRPO", "IterPO split", "IterPO")
-  assert dict(comp.claims) == {"IterPO split": 0, "IterPO": 0}  # our readings, not the paper's
+  q_policy = "IterPO fit first, Q from policy"
+  assert comp.baselines == ("multi-turn GRPO", "IterPO split", "IterPO", q_policy)
+  assert dict(comp.claims) == {"IterPO split": 0, "IterPO": 0, q_policy: 0}  # ours, not the paper's
   cfg = lambda arm: mod.get_config("tiny," + comp.arms[arm])
   assert cfg("multi-turn GRPO").credit.name == "grpo"
   # fit first = the lagged arm plus the pre-fit; split = the lagged arm plus its two optimizers
@@ -56,6 +57,9 @@ def test_comparison_arms_are_the_variants():
   assert split.optim.actor_critic_split and not lagged.optim.actor_critic_split
   for c in (first, split):
     assert c.credit.name == lagged.credit.name == "iterpo" and c.model.critic == "separate"
+  # Q's decoder: random at tiny as the rows were measured, the SFT policy's copy in q_policy
+  inits = [c.model.critic_init for c in (first, split, lagged, cfg(q_policy))]
+  assert inits == ["random"] * 3 + ["policy"] and cfg(q_policy).train.critic_prefit == 4
   assert not comp.paper and not comp.paper_verified   # no numbers reachable: direction only
 
 

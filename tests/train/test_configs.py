@@ -33,7 +33,8 @@ VARIANTS = {"ragen_sokoban": ["tiny", "tiny,ppo,kl_reward", "tiny,starpo_s,kl"],
             # Several agents (issue 21).
             "drmas_calcmath": ["tiny"], "ibrl_deal": ["tiny"],
             "drmas_kbqa": ["tiny", "tiny,grpo"],
-            "iterpo_deal": ["tiny", "tiny,grpo", "tiny,fit_first", "tiny,split"],
+            "iterpo_deal": ["tiny", "tiny,grpo", "tiny,fit_first", "tiny,split",
+                            "tiny,fit_first,q_policy"],
             # Graph-credit rows (issue 22 §2), prm_sokoban's regime.
             "rewardflow_sokoban": ["tiny"], "graphgpo_sokoban": ["tiny"],
             "gated_bepo_sokoban": ["tiny"],
@@ -80,7 +81,8 @@ SLOW = {"gigpo_texthouse:tiny", "gigpo_texthouse:tiny,ppo_warmup", "gigpo_minish
         # check runs in tests/agents/test_iterpo_config.py, its kernel in
         # tests/credit/test_iterpo.py; multi-turn GRPO on DealLite is ibrl_deal's world.
         "iterpo_deal:tiny", "iterpo_deal:tiny,grpo", "iterpo_deal:tiny,fit_first",
-        "iterpo_deal:tiny,split",  # (the pre-fit: tests/train/test_critic_prefit.py)
+        "iterpo_deal:tiny,split", "iterpo_deal:tiny,fit_first,q_policy",
+        # (the pre-fit: tests/train/test_critic_prefit.py; Q's init: test_critic_init.py)
         # Graph credit: ragen_sokoban:tiny's run with another kernel (each kernel is tested
         # against plain-Python loops in tests/credit/test_graph_credit.py; every arm is built
         # and validated by tests/eval/test_reproduce.py).
