@@ -73,11 +73,11 @@ from agent_rl.train.world_defaults import deal_lite
 VARIANTS = dict(grpo=False, shared=False, fit_first=False, split=False, q_policy=False)
 COMPARISON = Comparison(
     arms={"IterPO fit first": "fit_first", "IterPO split": "split", "IterPO": "",
-          "multi-turn GRPO": "grpo", "IterPO fit first, Q from policy": "fit_first,q_policy"},
+          "multi-turn GRPO": "grpo", "IterPO fit first (Q from policy)": "fit_first,q_policy"},
     method="IterPO fit first",
-    baselines=("multi-turn GRPO", "IterPO split", "IterPO", "IterPO fit first, Q from policy"),
+    baselines=("multi-turn GRPO", "IterPO split", "IterPO", "IterPO fit first (Q from policy)"),
     # the lagged readings and Q's init are ours, not baselines of the paper's
-    claims={"IterPO split": 0, "IterPO": 0, "IterPO fit first, Q from policy": 0},
+    claims={"IterPO split": 0, "IterPO": 0, "IterPO fit first (Q from policy)": 0},
     metrics=("eval/reward", "eval/success", "eval/fair/reward", "rollout/reward"),
     paper_source="Iterative PPO / GRPO (arXiv 2511.21638; LLA 2026): abstract, direction only",
     paper_verified=False, setting="DealLite self-play (shared weights), eval: self-play and vs fair bargainer")

@@ -46,7 +46,7 @@ def test_comparison_arms_are_the_variants():
   spec.loader.exec_module(mod)
   comp = mod.COMPARISON
   assert comp.method == "IterPO fit first"
-  q_policy = "IterPO fit first, Q from policy"
+  q_policy = "IterPO fit first (Q from policy)"
   assert comp.baselines == ("multi-turn GRPO", "IterPO split", "IterPO", q_policy)
   assert dict(comp.claims) == {"IterPO split": 0, "IterPO": 0, q_policy: 0}  # ours, not the paper's
   cfg = lambda arm: mod.get_config("tiny," + comp.arms[arm])

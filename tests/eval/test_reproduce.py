@@ -89,6 +89,7 @@ def test_comparison_rejects_bad_fields_naming_them():
                      (dict(paper={"Z": {"eval/success": 1.0}}), "paper"),
                      (dict(paper={"A": {"eval/other": 1.0}}), "paper"),
                      (dict(claims={"B": 2}), "claims"), (dict(arms={"A/x": ""}), "arms"),
+                     (dict(arms={"A": "", "B, c": "b"}, baselines=("B, c",)), "arms"),
                      (dict(claims={"B": {"eval/other": 1}}), "claims"),
                      (dict(claims={"B": {"eval/success": 3}}), "claims")]:
     with pytest.raises(ValueError, match=f"Comparison.{field}"):

@@ -67,8 +67,10 @@ class Comparison:
     if not self.arms:
       bad("arms", "no arms declared")
     for name, variant in self.arms.items():
-      if not isinstance(name, str) or not name or "/" in name or name != name.strip():
-        bad("arms", f"arm name {name!r} must be a non-empty string without '/' (a folder name)")
+      if (not isinstance(name, str) or not name or "/" in name or "," in name
+          or name != name.strip()):
+        bad("arms", f"arm name {name!r} must be a non-empty string without '/' (a folder name) "
+                    "or ',' (reproduce.py --arms is a comma list)")
       if not isinstance(variant, str):
         bad("arms", f"arm {name!r}: variant must be a string, got {variant!r}")
     if self.method not in self.arms:
