@@ -61,10 +61,18 @@ eval/reward 0.47 (-0.50, 1.00, 0.91) fit first vs 0.98 (1.00, 1.00, 0.94) split;
 minus GRPO -0.49 [-2.56, +1.58], minus split -0.51 [-2.60, +1.57], n.s. Fit first's seed 0
 collapses at iterations 9-10 (training return 0.59 -> -0.35, then no deals held out) while its
 Q fits the batch returns closely (value loss 0.01-0.03). The 4 pre-fit passes cost 28-31 s of
-a 43 s iteration: ~12 min a run against ~6 min for split (measured before the critic-only
-forward, `value_stats`, made each pass 1.29x faster: benchmarks/critic_update.json). So the paper's direction does not
-show in either order at this scale, and the lagged Q with its own optimizers (split) is the
-best IterPO arm here.
+a 43 s iteration: ~12 min a run against ~6 min for split; with the critic-only forward
+(`value_stats`, 1.29x a pass in benchmarks/critic_update.json) 25-27 s of 41 s. So the paper's
+direction does not show in either order at this scale, and the lagged Q with its own
+optimizers (split) is the best IterPO arm here.
+
+q_policy (2026-12-06, seeds 0-2, two at a time): fit first with Q's decoder starting as the SFT
+policy's copy (`model.critic_init=policy`, verl's critic init) instead of random weights. Worse,
+not better: eval/reward -0.18 (-0.50, -0.60, 0.57), eval/success 0.26; fit first (random Q)
+minus it +0.65 [-1.10, +2.39] (n.s.). Seed 1 breaks in one update at iteration 4 (training
+return 0.29 -> -0.53, entropy 0.38 -> 0.68, then every episode ends without a deal and the
+advantages are zero); seed 0's training return is 0.21 at iteration 1 and drifts to -0.30. So
+the fitted-Q pathway, not Q's random start, is what loses the SFT policy here.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
