@@ -22,12 +22,11 @@ def _same(a, b):
   return all(np.array_equal(x, y) for x, y in zip(_leaves(a), _leaves(b)))
 
 
-@pytest.mark.parametrize("mesh", [dict(num_devices=1), dict(num_devices=4, fsdp=2, tensor=2)])
-def test_policy_init_copies_the_policy_rl_starts_from(tmp_path, mesh):
+def test_policy_init_copies_the_policy_rl_starts_from(tmp_path):
   c = tiny_config(credit="gae", critic="separate")
   c.model.num_heads, c.model.num_kv_heads = 4, 2  # kv heads split over tensor=2
-  for k, v in mesh.items():
-    c.mesh[k] = v
+  # Sharded (the one-device run is the random-init test below and every critic test).
+  c.mesh.num_devices, c.mesh.fsdp, c.mesh.tensor = 4, 2, 2
   place = make_placement(c.mesh)
   with place.context():
     r = build_run(c, str(tmp_path), place)
