@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import tempfile
-import time
 from unittest import mock
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -38,25 +36,10 @@ import numpy as np  # noqa: E402
 
 from length_buckets import config_of  # noqa: E402
 from results_io import write_json  # noqa: E402
+from timing import paired_medians  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT = "iterpo_deal:fit_first,iterpo_deal:fit_first+model.critic=shared"
-
-
-def _paired(paths: dict, rounds: int):
-  """Median (wall, CPU) seconds of each path over `rounds` paired calls after a dropped first
-  call, and each path's last output."""
-  times = {k: [] for k in paths}
-  outs = {}
-  for i in range(rounds + 1):
-    for name, fn in paths.items():
-      t, cpu = time.perf_counter(), time.process_time()
-      outs[name] = jax.block_until_ready(fn())
-      if i:
-        times[name].append((time.perf_counter() - t, time.process_time() - cpu))
-  med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
-         for k, v in times.items()}
-  return med, outs
 
 
 def _row(med, old="full_forward", new="values_only") -> dict:
@@ -87,7 +70,7 @@ def bench_run(spec: str, rounds: int) -> dict:
     prog = phases.start_rl(new, prog.state.params, prog.meta)
     out = phases.rl_batch(new, prog, 0)
     rows, st, n = place.batch(out.rows), out.state, int(out.rows.tokens.shape[1])
-    med, res = _paired({
+    med, res = paired_medians({
         "full_forward": lambda: old.critic_update(copy_tree(st), rows, out.key, n)[1],
         "values_only": lambda: new.critic_update(copy_tree(st), rows, out.key, n)[1]}, rounds)
     loss = {k: float(np.mean(np.asarray(v["loss/value"]))) for k, v in res.items()}
@@ -131,7 +114,7 @@ def bench_model(rounds: int, vocab: int = 151_936, rows: int = 8, length: int = 
           return jnp.mean((s.values - ret) ** 2), metrics
         return jax.jit(jax.value_and_grad(loss, has_aux=True))
       fns = {"full_forward": step(False), "values_only": step(True)}
-      med, _ = _paired({k: (lambda f=f: f(params)[0][0]) for k, f in fns.items()}, rounds)
+      med, _ = paired_medians({k: (lambda f=f: f(params)[0][0]) for k, f in fns.items()}, rounds)
       out.append({"model": name, "critic": critic, "vocab": vocab, "rows": rows,
                   "row_length": length, **_row(med)})
   return out

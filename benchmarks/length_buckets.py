@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import tempfile
-import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -32,6 +30,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from results_io import write_json  # noqa: E402
+from timing import paired_medians  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT = "textworld_cooking:tiny+env.host.admissible=True,textworld_cooking:tiny"
@@ -48,27 +47,6 @@ def config_of(spec: str):
     apply_override(c, *parse_override(s))
   c.log.sinks, c.log.episodes = "jsonl", 0
   return c
-
-
-def _timed(fn):
-  t, cpu = time.perf_counter(), time.process_time()
-  out = jax.block_until_ready(fn())
-  return out, time.perf_counter() - t, time.process_time() - cpu
-
-
-def _paired(whole, cut, rounds):
-  """Median wall / CPU seconds of each path over `rounds` paired calls (first call compiles
-  and is dropped), and the last outputs."""
-  times = {"whole": [], "cut": []}
-  outs = {}
-  for i in range(rounds + 1):
-    for name, fn in (("whole", whole), ("cut", cut)):
-      outs[name], wall, cpu = _timed(fn)
-      if i:
-        times[name].append((wall, cpu))
-  med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
-         for k, v in times.items()}
-  return med, outs
 
 
 def _filled(rows) -> np.ndarray:
@@ -95,9 +73,9 @@ def bench(spec: str, bucket: int, rounds: int) -> dict:
     cut, full = buckets.cut(rows, bucket)
     filled = _filled(rows)
     st = out.state  # (a critic pre-fit donated prog.state)
-    rl, rl_out = _paired(
-        lambda: r.rl_update(copy_tree(st), place.batch(rows), key, full)[1],
-        lambda: r.rl_update(copy_tree(st), place.batch(cut), key, full)[1], rounds)
+    rl, rl_out = paired_medians({
+        "whole": lambda: r.rl_update(copy_tree(st), place.batch(rows), key, full)[1],
+        "cut": lambda: r.rl_update(copy_tree(st), place.batch(cut), key, full)[1]}, rounds)
     loss = {k: float(rl_out[k]["loss/total"]) for k in rl_out}
     out = {
         "config": spec, "rows": int(rows.tokens.shape[0]), "full_length": full,
@@ -114,8 +92,9 @@ def bench(spec: str, bucket: int, rounds: int) -> dict:
       demos = sft.demo_rows(c, r.setup, r.ecfg, wd, r.policy, st.params["lm"], r.spec.lm_graphdef)
       mb = sft.sft_batches(demos, c.sft.batch_size, 0, c.seed)
       mb_cut, _ = buckets.cut(mb, bucket)
-      s, s_out = _paired(lambda: r.sft_step(copy_tree(st), place.batch(mb))[1],
-                         lambda: r.sft_step(copy_tree(st), place.batch(mb_cut))[1], rounds)
+      s, s_out = paired_medians({"whole": lambda: r.sft_step(copy_tree(st), place.batch(mb))[1],
+                                 "cut": lambda: r.sft_step(copy_tree(st), place.batch(mb_cut))[1]},
+                                rounds)
       dfill = _filled(demos)
       out["sft_step"] = {
           "batch": int(mb.tokens.shape[0]), "cut_length": int(mb_cut.tokens.shape[1]),

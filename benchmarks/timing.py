@@ -3,6 +3,7 @@ process tree's CPU seconds."""
 from __future__ import annotations
 
 import os
+import statistics
 import time
 
 import jax
@@ -17,6 +18,23 @@ def best_seconds(fn, *args, repeats: int) -> float:
     jax.block_until_ready(fn(*args))
     best = min(best, time.perf_counter() - t)
   return best
+
+
+def paired_medians(paths: dict, rounds: int) -> tuple[dict, dict]:
+  """`paths`: name -> zero-argument fn. Calls them in turn (a, b, a, b, ...) for `rounds` + 1
+  rounds, drops the first (compiles), and returns ({name: (median wall s, median CPU s of this
+  process)}, {name: its last output}): paired rounds see the same load."""
+  times = {k: [] for k in paths}
+  outs = {}
+  for i in range(rounds + 1):
+    for name, fn in paths.items():
+      t, cpu = time.perf_counter(), time.process_time()
+      outs[name] = jax.block_until_ready(fn())
+      if i:
+        times[name].append((time.perf_counter() - t, time.process_time() - cpu))
+  med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+         for k, v in times.items()}
+  return med, outs
 
 
 def tree_cpu_seconds(pid: int | None = None) -> float:

@@ -3,7 +3,6 @@ RL starts from (after SFT or `model.init_from`; verl's critic.model.path is the 
 the critic's own shardings and its own buffers; "random" keeps the seed's init. The value head
 starts fresh either way."""
 import jax
-import numpy as np
 import pytest
 
 from agent_rl.parallel.placement import make_placement
@@ -11,15 +10,7 @@ from agent_rl.train import phases
 from agent_rl.train.config import validate
 from agent_rl.train.run import build_run
 from agent_rl.train.state import init_params
-from tests.train.tiny import tiny_config
-
-
-def _leaves(tree):
-  return [np.asarray(x) for x in jax.tree.leaves(tree)]
-
-
-def _same(a, b):
-  return all(np.array_equal(x, y) for x, y in zip(_leaves(a), _leaves(b)))
+from tests.train.tiny import same_tree, tiny_config
 
 
 def test_policy_init_copies_the_policy_rl_starts_from(tmp_path):
@@ -38,15 +29,15 @@ def test_policy_init_copies_the_policy_rl_starts_from(tmp_path):
     lm = jax.device_get(fresh["lm"])
     prog = phases.initial_progress(r, fresh)  # no SFT steps: straight to start_rl
     p = prog.state.params
-    assert _same(p["critic_lm"], lm) and not _same(seed_critic, lm)
-    assert _same(p["value_head"], head)  # a fresh value head
+    assert same_tree(p["critic_lm"], lm) and not same_tree(seed_critic, lm)
+    assert same_tree(p["value_head"], head)  # a fresh value head
     want = jax.tree.leaves(r.spec.abstract_params())  # the jitted step's in_shardings
     got = jax.tree.leaves(p)
     assert [a.sharding for a in got] == [w.sharding for w in want]
     # The first update (which donates the state) trains the two apart: own buffers.
     out = phases.rl_batch(r, prog, 0)
     state, _ = r.rl_update(out.state, place.batch(out.rows), out.key, out.rows.tokens.shape[1])
-    assert not _same(state.params["critic_lm"], state.params["lm"])
+    assert not same_tree(state.params["critic_lm"], state.params["lm"])
     r.ckpt.close()
 
 
@@ -59,7 +50,7 @@ def test_random_init_keeps_the_seeds_critic_and_bad_names_are_refused(tmp_path):
     fresh = init_params(r.spec)
     seed_critic = jax.device_get(fresh["critic_lm"])
     p = phases.initial_progress(r, fresh).state.params
-    assert _same(p["critic_lm"], seed_critic) and not _same(p["critic_lm"], p["lm"])
+    assert same_tree(p["critic_lm"], seed_critic) and not same_tree(p["critic_lm"], p["lm"])
     r.ckpt.close()
   c.model.critic_init = "sft"
   with pytest.raises(ValueError, match="config.model.critic_init: must be policy|random"):

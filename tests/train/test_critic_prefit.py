@@ -16,7 +16,7 @@ from agent_rl.train.config import validate
 from agent_rl.train.run import SimulatedKill, build_run, run
 from agent_rl.train.state import init_params
 from tests.credit import numpy_ref
-from tests.train.tiny import tiny_config
+from tests.train.tiny import same_tree, tiny_config
 
 
 def _config(prefit=2, iterations=2):
@@ -46,11 +46,10 @@ def test_prefit_fits_q_on_the_batch_before_its_credit(tmp_path):
     before = learner.critic_values(r.spec.graphdef, p0, out.batch)
     after = learner.critic_values(r.spec.graphdef, out.state.params, out.batch)
     ref_rows = learner.prepare_jit(out.batch, r.credit_fn(out.batch))
-  leaves = lambda t: [np.asarray(x) for x in jax.tree.leaves(t)]
   p1 = out.state.params
-  assert all(np.array_equal(a, b) for a, b in zip(leaves(p0["lm"]), leaves(p1["lm"])))
+  assert same_tree(p0["lm"], p1["lm"])
   critic = lambda p: {k: v for k, v in p.items() if k != "lm"}  # critic_lm, value_head
-  assert not all(np.array_equal(a, b) for a, b in zip(leaves(critic(p0)), leaves(critic(p1))))
+  assert not same_tree(critic(p0), critic(p1))
   # (rows cut at another length round differently: train/buckets.py)
   np.testing.assert_allclose(np.asarray(out.batch.values), np.asarray(after), rtol=1e-5, atol=1e-6)
   assert not np.allclose(np.asarray(before), np.asarray(after), atol=1e-3)

@@ -14,7 +14,7 @@ import pytest
 from agent_rl.train.config import validate
 from agent_rl.train.optim import actor_critic, critic_only, make_optimizer
 from agent_rl.train.run import SimulatedKill, run
-from tests.train.tiny import checkpoint_params, tiny_config
+from tests.train.tiny import checkpoint_params, same_tree, tiny_config
 
 
 def _opts(total=10):
@@ -79,11 +79,9 @@ def test_warmup_iterations_keep_the_policy_then_it_trains(tmp_path):
   wd = str(tmp_path / "w")
   run(c, wd)
   p1, p2, p3 = (_params(c, wd, s) for s in (1, 2, 3))
-  same = lambda a, b: all(np.array_equal(x, y) for x, y in
-                          zip(jax.tree.leaves(a), jax.tree.leaves(b)))
-  assert same(p1["lm"], p2["lm"])  # iteration 2 (warm-up) left the policy bit for bit
-  assert not same(p1["value_head"], p2["value_head"])  # and trained the critic
-  assert not same(p2["lm"], p3["lm"])  # iteration 3 trains the actor
+  assert same_tree(p1["lm"], p2["lm"])  # iteration 2 (warm-up) left the policy bit for bit
+  assert not same_tree(p1["value_head"], p2["value_head"])  # and trained the critic
+  assert not same_tree(p2["lm"], p3["lm"])  # iteration 3 trains the actor
   rl = [r for r in _records(wd) if "train/critic_only" in r]
   assert [r["train/critic_only"] for r in rl] == [1.0, 1.0, 0.0]
   assert all(np.isfinite(r["loss/value"]) and np.isfinite(r["prefit/loss/value"]) for r in rl)

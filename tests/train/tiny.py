@@ -64,6 +64,14 @@ def host_demos(env, tok, num_demos: int, max_action_tokens: int, **kw):
                            1000, **kw)
 
 
+def same_tree(a, b) -> bool:
+  """Whether two param trees hold the same leaves bit for bit (host copies compared)."""
+  import jax
+  import numpy as np
+  return all(np.array_equal(np.asarray(x), np.asarray(y))
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+
 def checkpoint_params(c, workdir, step):
   """The params of checkpoint `step` of the run in `workdir`, restored onto `c`'s mesh."""
   import os
