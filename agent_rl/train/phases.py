@@ -250,6 +250,8 @@ def sft_phase(run: Run, prog: Progress) -> Progress:
   ev = evaluate_params(run, rl.state.params)
   run.writer.write(meta.global_step, ev)
   print(f"after SFT: {ev}", flush=True)
+  if run.iterations == 0:  # a policy run (SFT only): what the agent does after its training
+    log_episodes(run, rl.state.params, meta.global_step, "after")
   save(run, rl, force=True)
   return rl
 

@@ -192,11 +192,18 @@ def test_host_sft_demos_replay_the_games_expert_plans():
 
 
 def test_host_run_sft_warm_start_lifts_held_out_success(tmp_path):
-  """SFT on the toy game's expert plans: held-out success after SFT above before it."""
+  """SFT on the toy game's expert plans: held-out success after SFT above before it. A policy
+  run (no RL iteration) renders its held-out episodes after SFT as well as before."""
   c = host_config(iterations=0)
   c.rollout.max_turns, c.rollout.max_action_tokens = 4, 16  # plans are up to 4 commands
   c.sft.steps, c.sft.num_demos, c.sft.batch_size = 150, 32, 8
   c.optim.lr = 3e-3
+  c.log.episodes = 1
   run(c, str(tmp_path / "sft"))
   recs = [r for r in _records(str(tmp_path / "sft")) if "eval/success" in r]
   assert len(recs) >= 2 and recs[-1]["eval/success"] > recs[0]["eval/success"], recs
+  with open(tmp_path / "sft" / "episodes.jsonl") as f:
+    eps = [json.loads(ln) for ln in f]
+  assert [(e["tag"], e["step"]) for e in eps] == [("before", 0), ("after", 150)]
+  # The same held-out game: return -0.4 (invalid commands) before SFT, 0.0 after it.
+  assert eps[0]["text"].splitlines()[0] != eps[1]["text"].splitlines()[0]
