@@ -5,7 +5,8 @@
 
 Prints (and writes to DIR/eval.json, or --out=FILE) success, reward, pass@k and avg@k of the
 policy in the newest readable (or best-by-eval) checkpoint of DIR, on the config's held-out task
-seeds, and the same on every `eval.variant_kwargs` and `eval.counterparts` panel (eval/<name>/...),
+seeds (`--episodes=N` adds the first N greedy episodes as text, under "episodes", and prints
+them: what the policy does, e.g. a policy run's warm start, without training it again), and the same on every `eval.variant_kwargs` and `eval.counterparts` panel (eval/<name>/...),
 through the same function as the run's own evaluations (`eval.evaluate.evaluate_panels`):
 
     # agent 0 of a DealLite run against bob of another seed's run and of its own step 10
@@ -20,6 +21,7 @@ import os
 from absl import app, flags, logging
 
 from agent_rl.agents import counterparts
+from agent_rl.eval.episodes import held_out_episodes
 from agent_rl.eval.evaluate import episode_config, evaluate_panels
 from agent_rl.parallel.placement import make_placement
 from agent_rl.agents.routing import rollout_policy
@@ -32,11 +34,16 @@ _CONFIG = define_config_flag("config", "the run's config file")
 _WORKDIR = flags.DEFINE_string("workdir", None, "the run's workdir (checkpoints, tokenizer)")
 _WHICH = flags.DEFINE_enum("checkpoint", "latest", ["latest", "best"], "which checkpoint")
 _OUT = flags.DEFINE_string("out", None, "where the JSON goes (default WORKDIR/eval.json)")
+_EPISODES = flags.DEFINE_integer("episodes", 0, "render this many greedy held-out episodes")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def evaluate_checkpoint(c, workdir: str, which: str = "latest", out_path: str | None = None
-                        ) -> dict:
+def evaluate_checkpoint(c, workdir: str, which: str = "latest", out_path: str | None = None,
+                        episodes: int = 0) -> dict:
+  """The checkpoint's held-out metrics (module docstring), with `episodes` rendered greedy
+  held-out episodes (the first of the tasks `eval/success` scores) under "episodes"."""
+  if episodes < 0:
+    raise ValueError(f"--episodes must be >= 0, got {episodes}")
   ck_dir = os.path.join(workdir, "checkpoints")
   if not os.path.isdir(ck_dir):
     raise FileNotFoundError(f"{ck_dir}: no checkpoints in this workdir")
@@ -50,6 +57,11 @@ def evaluate_checkpoint(c, workdir: str, which: str = "latest", out_path: str | 
     policy = rollout_policy(ag.mode, rp.model_cfg, rp.lm_graphdef, ag.num)
     m = evaluate_panels(c, policy, rp.params, setup, ecfg, place.batch,
                         eval_variants(c, setup), counterparts.load(c, setup, place))
+    if episodes:
+      m["episodes"] = held_out_episodes(
+          policy, rp.params, setup.env, setup.pieces, ecfg, setup.tokenizer,
+          num_tasks=c.eval.num_tasks, seed=c.eval.seed, num=episodes, greedy=c.eval.greedy,
+          place=place.batch)
   out = {"checkpoint_step": rp.step, **rp.meta, **m}
   with open(out_path or os.path.join(workdir, "eval.json"), "w") as f:
     json.dump(out, f, indent=2)
@@ -60,8 +72,12 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   check_fields(_CONFIG.value)  # a mistyped --config.x override fails here, naming it
-  print(json.dumps(evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _WHICH.value,
-                                                _OUT.value), indent=2))
+  out = evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _WHICH.value, _OUT.value,
+                            _EPISODES.value)
+  texts = out.pop("episodes", [])
+  print(json.dumps(out, indent=2))
+  for text in texts:
+    print("\n" + text)
 
 
 if __name__ == "__main__":

@@ -56,8 +56,14 @@ def test_evaluate_from_checkpoint_alone_matches_the_run(tmp_path):
   wd = str(tmp_path / "w")
   run(c, wd)
   final_eval = [r for r in _records(wd) if "eval/success" in r][-1]
-  got = evaluate_checkpoint(c, wd)
+  got = evaluate_checkpoint(c, wd, episodes=2)
   assert got["iteration"] == 2
   for k in ("eval/success", "eval/reward", "eval/pass@2", "eval/avg@2"):
     assert got[k] == final_eval[k], k
   assert os.path.exists(os.path.join(wd, "eval.json"))
+  # The rendered episodes are the run's own "after" episodes (same params, same held-out tasks).
+  with open(os.path.join(wd, "episodes.jsonl")) as f:
+    after = [e["text"] for e in map(json.loads, f) if e["tag"] == "after"]
+  assert len(after) == 3 and got["episodes"] == after[:2]  # log.episodes: 3
+  with pytest.raises(ValueError, match="--episodes"):
+    evaluate_checkpoint(c, wd, episodes=-1)
