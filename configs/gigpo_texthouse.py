@@ -41,6 +41,9 @@ scale this row cannot discriminate**: the planner's demos walk straight to the h
 success near the floor and training rollouts see 0-5% successes to group on. The searching
 expert (`env.kwargs.expert=search`) was probed as the next regime: 300 SFT steps at 24 turns
 also leave 0.00, because the 2-turn window hides the room's receptacle list (README "Not yet").
+With that list repeated (`repeat_room`, window 640), 1,200 SFT steps on 256 or 2,048 searching
+demos still leave 0.00 (2026-12-06, seed 0): the sweep is learned, but the policy does not take
+the goal's object when it is in view (README "Not yet" has the rendered episodes).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
