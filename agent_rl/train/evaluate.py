@@ -5,13 +5,15 @@
 
 Prints (and writes to DIR/eval.json, or --out=FILE) success, reward, pass@k and avg@k of the
 policy in the newest readable (or best-by-eval) checkpoint of DIR, on the config's held-out task
-seeds (`--episodes=N` adds the first N greedy episodes as text, under "episodes", and prints
-them: what the policy does, e.g. a policy run's warm start, without training it again), and the same on every `eval.variant_kwargs` and `eval.counterparts` panel (eval/<name>/...),
+seeds, and the same on every `eval.variant_kwargs` and `eval.counterparts` panel (eval/<name>/...),
 through the same function as the run's own evaluations (`eval.evaluate.evaluate_panels`):
 
     # agent 0 of a DealLite run against bob of another seed's run and of its own step 10
     python -m agent_rl.train.evaluate --config=configs/ibrl_deal.py:tiny --workdir=runs/a \
         --config.eval.counterparts.cross=runs/b --config.eval.counterparts.early=runs/a@10
+
+`--episodes=N` adds the first N greedy held-out episodes as text (under "episodes", and printed
+after the metrics): what the policy does, e.g. a policy run's warm start, without training again.
 The policy is restored through the one path that restores a run's policy
 (`train.pretrained.load_run_policy`).
 """
