@@ -43,7 +43,9 @@ expert (`env.kwargs.expert=search`) was probed as the next regime: 300 SFT steps
 also leave 0.00, because the 2-turn window hides the room's receptacle list (README "Not yet").
 With that list repeated (`repeat_room`, window 640), 1,200 SFT steps on 256 or 2,048 searching
 demos still leave 0.00 (2026-12-06, seed 0): the sweep is learned, but the policy does not take
-the goal's object when it is in view (README "Not yet" has the rendered episodes).
+the goal's object when it is in view (README "Not yet" has the rendered episodes). A 4-layer,
+256-wide policy fits those demos more slowly under the same SFT recipe (loss 0.48 vs 0.31 at
+steps 251-300; its lr was set for tiny), so capacity is not yet tested at its own lr.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
