@@ -14,6 +14,7 @@ through the same function as the run's own evaluations (`eval.evaluate.evaluate_
 
 `--episodes=N` adds the first N greedy held-out episodes as text (under "episodes", and printed
 after the metrics): what the policy does, e.g. a policy run's warm start, without training again.
+
 The policy is restored through the one path that restores a run's policy
 (`train.pretrained.load_run_policy`).
 """
