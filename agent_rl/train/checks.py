@@ -105,6 +105,12 @@ def validate_config(c: mlc.ConfigDict) -> None:
   need(isinstance(lb, int) and not isinstance(lb, bool) and lb >= 0, "train.length_bucket",
        f"must be an int >= 0 (tokens; 0: no cut), got {lb!r}")
   need(c.sft.steps >= 0, "sft.steps", "must be >= 0")
+  need(c.sft.schedule in ("constant", "cosine"), "sft.schedule",
+       f"must be constant|cosine, got {c.sft.schedule!r}")
+  need(isinstance(c.sft.warmup_steps, int) and 0 <= c.sft.warmup_steps
+       and (c.sft.warmup_steps < c.sft.steps or not c.sft.steps), "sft.warmup_steps",
+       f"must be an int in [0, sft.steps) ({c.sft.steps} steps), got {c.sft.warmup_steps!r}")
+  need(c.sft.lr > 0, "sft.lr", f"must be > 0, got {c.sft.lr}")
   need(c.sft.get("plans", "expert") in ("expert", "route_agreement"), "sft.plans",
        f"must be expert|route_agreement, got {c.sft.get('plans')!r}")
   _check_iwm(c, need)

@@ -167,6 +167,10 @@ def base_config() -> mlc.ConfigDict:
   ))
   c.sft = mlc.ConfigDict(dict(
       steps=0, batch_size=32, lr=1e-3, num_demos=512, world_model=False,
+      # SFT's own lr schedule (train/optim.py sft_optimizer; logged as sft/lr): 0 -> lr over
+      # warmup_steps updates, then constant | cosine (to 0 at sft.steps); AdamW's other
+      # settings (betas, weight decay, clipping, grad_accum) are config.optim's.
+      warmup_steps=0, schedule="constant",
       # expert: the env's solver plans | route_agreement: Hera's router labels (agents/hera.py)
       plans="expert",
       # Implicit world modeling on early experience (host games, data/early_experience.py):

@@ -2,6 +2,8 @@
 gradient accumulation (optax.MultiSteps)."""
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 import ml_collections as mlc
@@ -10,23 +12,26 @@ import optax
 from agent_rl.agents.params import path_names
 
 
-def make_schedule(o: mlc.ConfigDict, total_steps: int) -> optax.Schedule:
-  total = max(int(o.total_steps or total_steps), 1)
+def make_schedule(o: mlc.ConfigDict, total_steps: int, field: str = "optim") -> optax.Schedule:
+  """lr at update `count`: 0 -> lr linearly over `warmup_steps`, then constant or cosine decay to
+  0 at `total_steps` (`o.total_steps` when set). `field` names the config block in errors."""
+  total = max(int(o.get("total_steps", 0) or total_steps), 1)
   warm = int(o.warmup_steps)
   if o.schedule == "constant":
     main = optax.constant_schedule(o.lr)
   elif o.schedule == "cosine":
     main = optax.cosine_decay_schedule(o.lr, max(total - warm, 1))
   else:
-    raise ValueError(f"config.optim.schedule: unknown schedule {o.schedule!r}")
+    raise ValueError(f"config.{field}.schedule: unknown schedule {o.schedule!r}")
   if warm <= 0:
     return main
   return optax.join_schedules([optax.linear_schedule(0.0, o.lr, warm), main], [warm])
 
 
-def make_optimizer(o: mlc.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+def make_optimizer(o: mlc.ConfigDict, total_steps: int,
+                   field: str = "optim") -> optax.GradientTransformation:
   """`o` is `config.optim`; `total_steps` the number of updates (for cosine decay)."""
-  sched = make_schedule(o, total_steps)
+  sched = make_schedule(o, total_steps, field)
   if o.name == "adamw":
     opt = optax.adamw(sched, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay)
   elif o.name == "sgd":
@@ -38,6 +43,32 @@ def make_optimizer(o: mlc.ConfigDict, total_steps: int) -> optax.GradientTransfo
   if o.grad_accum > 1:
     opt = optax.MultiSteps(opt, every_k_schedule=int(o.grad_accum))
   return opt
+
+
+def _sft_optim(c: mlc.ConfigDict) -> mlc.ConfigDict:
+  """config.optim as the SFT phase uses it: AdamW betas, weight decay, clipping and gradient
+  accumulation are optim's; the lr, warm-up and schedule are SFT's own (`sft.lr`,
+  `sft.warmup_steps`, `sft.schedule` spanning `sft.steps`; verl's SFT trainer warms up and
+  decays its own lr), and the RL schedule's `optim.total_steps` does not reach it."""
+  s = c.sft
+  return mlc.ConfigDict(dict(c.optim.to_dict(), lr=s.lr, warmup_steps=s.get("warmup_steps", 0),
+                             schedule=s.get("schedule", "constant"), total_steps=0))
+
+
+def _sft_updates(c: mlc.ConfigDict) -> int:
+  """Optimizer updates in SFT: one per `optim.grad_accum` steps (optax.MultiSteps)."""
+  return max(int(c.sft.steps) // max(int(c.optim.grad_accum), 1), 1)
+
+
+def sft_optimizer(c: mlc.ConfigDict) -> optax.GradientTransformation:
+  """The SFT phase's optimizer (`_sft_optim`'s settings)."""
+  return make_optimizer(_sft_optim(c), _sft_updates(c), field="sft")
+
+
+def sft_lr(c: mlc.ConfigDict) -> Callable[[int], float]:
+  """SFT step (1-based) -> the lr of the update it feeds, as `sft_optimizer` applies it."""
+  sched, k = make_schedule(_sft_optim(c), _sft_updates(c), field="sft"), int(c.optim.grad_accum)
+  return lambda step: float(sched((step - 1) // max(k, 1)))
 
 
 def _actor_or_critic(policy_key: str):

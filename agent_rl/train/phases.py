@@ -27,6 +27,7 @@ from agent_rl.parallel.distributed import main_process_first
 from agent_rl.train import buckets, hindsight, host_games, learner, prefit, sft
 from agent_rl.train.checkpoint import CheckpointLayoutError, RunCheckpoint
 from agent_rl.train.metrics import check_finite, progress, to_host
+from agent_rl.train.optim import sft_lr
 from agent_rl.train.state import StateSpec, TrainState, copy_tree, new_train_state
 
 
@@ -224,6 +225,7 @@ def sft_phase(run: Run, prog: Progress) -> Progress:
     run.writer.write(0, ev)
     print(f"before SFT: {ev}", flush=True)
   bar = progress(run.sft_steps, prog.meta.sft_step, "sft")
+  lr_of = sft_lr(c)  # the lr of the step just taken, logged beside its loss
   state, meta = prog.state, prog.meta
   while meta.sft_step < run.sft_steps:
     batch, stage = sft.stage_batch(rows, iwm, int(c.sft.iwm_steps), c.sft.batch_size,
@@ -234,7 +236,8 @@ def sft_phase(run: Run, prog: Progress) -> Progress:
     state, m = run.sft_step(state, mb)
     meta = dataclasses.replace(meta, sft_step=meta.sft_step + 1)
     if meta.sft_step % c.train.log_every == 0 or meta.sft_step == run.sft_steps:
-      last = to_host(m) | ({"sft/iwm": float(stage)} if c.sft.iwm_steps else {})
+      last = to_host(m) | {"sft/lr": lr_of(meta.sft_step)} | (
+          {"sft/iwm": float(stage)} if c.sft.iwm_steps else {})
       check_finite(meta.global_step, last)
       run.writer.write(meta.global_step, last)
       if bar is not None:

@@ -35,7 +35,7 @@ from agent_rl.train.config import validate
 from agent_rl.train import teacher as teacher_lib
 from agent_rl.train.teacher import uses_teacher
 from agent_rl.train.metrics import MetricWriter
-from agent_rl.train.optim import actor_critic, critic_only, make_optimizer
+from agent_rl.train.optim import actor_critic, critic_only, make_optimizer, sft_optimizer
 from agent_rl.train.phases import Preempted, SimulatedKill  # noqa: F401 (re-exported)
 from agent_rl.train.setup import build, eval_variants, model_factory
 from agent_rl.train.epochs import make_scan_update
@@ -113,8 +113,7 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
     critic_opt = (make_optimizer(c.optim, iters * (1 + fits) * updates_per_iteration(c))
                   if fits else rl_opt)
     rl_opt, warm_opt = actor_critic(actor_opt, critic_opt), critic_only(actor_opt, critic_opt)
-  sft_opt = make_optimizer(mlc.ConfigDict(dict(c.optim.to_dict(), lr=c.sft.lr, warmup_steps=0,
-                                               schedule="constant")), max(sft_steps, 1))
+  sft_opt = sft_optimizer(c)
   if setup.model_cfg.lora is not None:  # only adapters (and a critic head) train and hold state
     rl_opt, sft_opt = lora_learner.freeze_base(rl_opt), lora_learner.freeze_base(sft_opt)
     warm_opt = warm_opt and lora_learner.freeze_base(warm_opt)

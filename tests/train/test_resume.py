@@ -27,6 +27,32 @@ def test_killed_run_resumes_exactly(tmp_path):
   assert _records(killed) == _records(full)
 
 
+def test_sigterm_during_sft_resumes_exactly_with_its_schedule(tmp_path, monkeypatch):
+  """A preemption at SFT step 3 of 6 (warm-up 2, then cosine) saves the SFT phase (params and
+  its optimizer's moments and count); the restart continues the schedule where it stopped."""
+  from agent_rl.train.checkpoint import RunCheckpoint
+  from agent_rl.train.phases import Preempted
+  c = tiny_config(iterations=0, sft_steps=6)  # a policy run: SFT, its evaluation, its save
+  c.sft.warmup_steps, c.sft.schedule, c.sft.lr = 2, "cosine", 2e-3
+  full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
+  run(c, full)
+  lrs = [r["sft/lr"] for r in _records(full) if "sft/lr" in r]  # warm-up 0, 1e-3; then cosine
+  assert lrs == pytest.approx([0.0, 1e-3, 2e-3, 1.7071e-3, 1e-3, 0.2929e-3], abs=1e-7)
+  real, hit = RunCheckpoint.preempted, []
+
+  def sigterm_at_3(self, step):  # the SIGTERM flag, raised at SFT step 3's boundary
+    if step == 3 and not hit:
+      hit.append(step)
+      return True
+    return real(self, step)
+  monkeypatch.setattr(RunCheckpoint, "preempted", sigterm_at_3)
+  with pytest.raises(Preempted, match="during SFT"):
+    run(c, killed)
+  assert hit == [3]
+  run(c, killed)
+  assert _records(killed) == _records(full)
+
+
 def test_corrupt_latest_checkpoint_falls_back(tmp_path, capsys):
   c = tiny_config(iterations=2, ckpt_every=1, sft_steps=0)
   wd = str(tmp_path / "w")
