@@ -107,9 +107,11 @@ def validate_config(c: mlc.ConfigDict) -> None:
   need(c.sft.steps >= 0, "sft.steps", "must be >= 0")
   need(c.sft.schedule in ("constant", "cosine"), "sft.schedule",
        f"must be constant|cosine, got {c.sft.schedule!r}")
+  ups = c.sft.steps // max(c.optim.grad_accum, 1)  # SFT's optimizer updates
   need(isinstance(c.sft.warmup_steps, int) and 0 <= c.sft.warmup_steps
-       and (c.sft.warmup_steps < c.sft.steps or not c.sft.steps), "sft.warmup_steps",
-       f"must be an int in [0, sft.steps) ({c.sft.steps} steps), got {c.sft.warmup_steps!r}")
+       and (c.sft.warmup_steps < ups or not c.sft.steps), "sft.warmup_steps",
+       f"must be an int in [0, {ups}) (SFT's updates: sft.steps / optim.grad_accum), "
+       f"got {c.sft.warmup_steps!r}")
   need(c.sft.lr > 0, "sft.lr", f"must be > 0, got {c.sft.lr}")
   need(c.sft.get("plans", "expert") in ("expert", "route_agreement"), "sft.plans",
        f"must be expert|route_agreement, got {c.sft.get('plans')!r}")
