@@ -198,3 +198,11 @@ def held_out_episodes(policy, params, env, pieces: PromptPieces, ecfg, tokenizer
     from jax.experimental import multihost_utils
     batch = multihost_utils.process_allgather(batch, tiled=True)
   return render_episodes(jax.device_get(batch), tokenizer, num=num, pieces=pieces)
+
+
+def config_episodes(c, policy, params, setup, ecfg, place, num: int) -> list[str]:
+  """`held_out_episodes` on a run's held-out panel (`config.eval`, the setup's env, prompt
+  pieces and tokenizer): the run's report and `train.evaluate --episodes` render the same."""
+  return held_out_episodes(policy, params, setup.env, setup.pieces, ecfg, setup.tokenizer,
+                           num_tasks=c.eval.num_tasks, seed=c.eval.seed, num=num,
+                           greedy=c.eval.greedy, place=place)

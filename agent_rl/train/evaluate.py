@@ -24,7 +24,7 @@ import os
 from absl import app, flags, logging
 
 from agent_rl.agents import counterparts
-from agent_rl.eval.episodes import held_out_episodes
+from agent_rl.eval.episodes import config_episodes
 from agent_rl.eval.evaluate import episode_config, evaluate_panels
 from agent_rl.parallel.placement import make_placement
 from agent_rl.agents.routing import rollout_policy
@@ -61,10 +61,7 @@ def evaluate_checkpoint(c, workdir: str, which: str = "latest", out_path: str | 
     m = evaluate_panels(c, policy, rp.params, setup, ecfg, place.batch,
                         eval_variants(c, setup), counterparts.load(c, setup, place))
     if episodes:
-      m["episodes"] = held_out_episodes(
-          policy, rp.params, setup.env, setup.pieces, ecfg, setup.tokenizer,
-          num_tasks=c.eval.num_tasks, seed=c.eval.seed, num=episodes, greedy=c.eval.greedy,
-          place=place.batch)
+      m["episodes"] = config_episodes(c, policy, rp.params, setup, ecfg, place.batch, episodes)
   out = {"checkpoint_step": rp.step, **rp.meta, **m}
   with open(out_path or os.path.join(workdir, "eval.json"), "w") as f:
     json.dump(out, f, indent=2)

@@ -15,7 +15,7 @@ from agent_rl.agents.params import path_names
 def make_schedule(o: mlc.ConfigDict, total_steps: int, field: str = "optim") -> optax.Schedule:
   """lr at update `count`: 0 -> lr linearly over `warmup_steps`, then constant or cosine decay to
   0 at `total_steps` (`o.total_steps` when set). `field` names the config block in errors."""
-  total = max(int(o.get("total_steps", 0) or total_steps), 1)
+  total = max(int(o.total_steps or total_steps), 1)
   warm = int(o.warmup_steps)
   if o.schedule == "constant":
     main = optax.constant_schedule(o.lr)
@@ -51,8 +51,8 @@ def _sft_optim(c: mlc.ConfigDict) -> mlc.ConfigDict:
   `sft.warmup_steps`, `sft.schedule` spanning `sft.steps`; verl's SFT trainer warms up and
   decays its own lr), and the RL schedule's `optim.total_steps` does not reach it."""
   s = c.sft
-  return mlc.ConfigDict(dict(c.optim.to_dict(), lr=s.lr, warmup_steps=s.get("warmup_steps", 0),
-                             schedule=s.get("schedule", "constant"), total_steps=0))
+  return mlc.ConfigDict(dict(c.optim.to_dict(), lr=s.lr, warmup_steps=s.warmup_steps,
+                             schedule=s.schedule, total_steps=0))
 
 
 def _sft_updates(c: mlc.ConfigDict) -> int:
@@ -67,8 +67,8 @@ def sft_optimizer(c: mlc.ConfigDict) -> optax.GradientTransformation:
 
 def sft_lr(c: mlc.ConfigDict) -> Callable[[int], float]:
   """SFT step (1-based) -> the lr of the update it feeds, as `sft_optimizer` applies it."""
-  sched, k = make_schedule(_sft_optim(c), _sft_updates(c), field="sft"), int(c.optim.grad_accum)
-  return lambda step: float(sched((step - 1) // max(k, 1)))
+  sched, k = make_schedule(_sft_optim(c), _sft_updates(c), field="sft"), c.optim.grad_accum
+  return lambda step: float(sched((step - 1) // max(int(k), 1)))
 
 
 def _actor_or_critic(policy_key: str):

@@ -20,14 +20,13 @@ from agent_rl.agents.frozen import freeze_rows
 from agent_rl.credit import baseline
 from agent_rl.envs.tasks import batched_sampler
 from agent_rl.envs.tools import tool_metrics
-from agent_rl.eval.episodes import held_out_episodes
+from agent_rl.eval.episodes import config_episodes
 from agent_rl.eval.evaluate import evaluate_panels, extras_metrics
 from agent_rl.objective import shapers
 from agent_rl.parallel.distributed import main_process_first
-from agent_rl.train import buckets, hindsight, host_games, learner, prefit, sft
+from agent_rl.train import buckets, hindsight, host_games, learner, optim, prefit, sft
 from agent_rl.train.checkpoint import CheckpointLayoutError, RunCheckpoint
 from agent_rl.train.metrics import check_finite, progress, to_host
-from agent_rl.train.optim import sft_lr
 from agent_rl.train.state import StateSpec, TrainState, copy_tree, new_train_state
 
 
@@ -140,10 +139,8 @@ def log_episodes(run: Run, params, step: int, tag: str) -> None:
   writers and the report. Every process runs the (collective) rollout; process 0 writes."""
   c = run.c
   if c.log.episodes:
-    run.writer.write_episodes(step, tag, held_out_episodes(
-        run.policy, params["lm"], run.setup.env, run.setup.pieces, run.ecfg, run.setup.tokenizer,
-        num_tasks=c.eval.num_tasks, seed=c.eval.seed, num=c.log.episodes, greedy=c.eval.greedy,
-        place=run.spec.place.batch))
+    run.writer.write_episodes(step, tag, config_episodes(
+        c, run.policy, params["lm"], run.setup, run.ecfg, run.spec.place.batch, c.log.episodes))
 
 
 def save(run: Run, prog: Progress, *, metrics: Optional[dict] = None, force: bool = False) -> bool:
@@ -225,7 +222,7 @@ def sft_phase(run: Run, prog: Progress) -> Progress:
     run.writer.write(0, ev)
     print(f"before SFT: {ev}", flush=True)
   bar = progress(run.sft_steps, prog.meta.sft_step, "sft")
-  lr_of = sft_lr(c)  # the lr of the step just taken, logged beside its loss
+  lr_of = optim.sft_lr(c)  # the lr of the step just taken, logged beside its loss
   state, meta = prog.state, prog.meta
   while meta.sft_step < run.sft_steps:
     batch, stage = sft.stage_batch(rows, iwm, int(c.sft.iwm_steps), c.sft.batch_size,
