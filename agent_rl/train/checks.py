@@ -116,6 +116,7 @@ def validate_config(c: mlc.ConfigDict) -> None:
   need(c.sft.get("plans", "expert") in ("expert", "route_agreement"), "sft.plans",
        f"must be expert|route_agreement, got {c.sft.get('plans')!r}")
   _check_iwm(c, need)
+  _check_copy(c, need)
   need(c.loss.kl_coef >= 0 and c.loss.kl_in_reward >= 0, "loss.kl_coef",
        "KL coefficients must be >= 0")
   from agent_rl.train import teacher
@@ -279,8 +280,9 @@ def _check_iwm(c, need) -> None:
   need(bool(k) == bool(n), "sft.iwm_steps" if k else "sft.iwm_alternatives",
        f"sft.iwm_alternatives ({k}) and sft.iwm_steps ({n}) must be both > 0 or both 0: "
        "the IWM stage needs transitions and steps to fit them")
-  need(n <= c.sft.steps, "sft.iwm_steps",
-       f"{n} must be <= sft.steps ({c.sft.steps}): the IWM stage is the first of the SFT steps")
+  need(n + c.sft.copy_steps <= c.sft.steps, "sft.iwm_steps",
+       f"{n} must be <= sft.steps ({c.sft.steps}) less sft.copy_steps ({c.sft.copy_steps}): "
+       "the IWM stage is the first of the SFT steps after the copy stage")
   need(host_envs.is_host(c.env.name), "sft.iwm_alternatives",
        f"early experience is drawn from a host text game's admissible commands (envs/host); "
        f"env {c.env.name!r} is not one")
@@ -289,5 +291,27 @@ def _check_iwm(c, need) -> None:
   # An IWM row is no agent's turn: with per-agent weights or frozen agents it would train one
   # agent's weights (row agent 0) or, agent 0 frozen, nothing at all.
   need(c.agents.mode == "shared" and not c.agents.frozen, "sft.iwm_alternatives",
+       f"supported with one shared network (agents.mode='shared', no agents.frozen), got "
+       f"mode={c.agents.mode!r} frozen={c.agents.frozen!r}")
+
+
+def _check_copy(c, need) -> None:
+  """Copy pretraining (data/copy_corpus.py): its steps are the first of `sft.steps`; with
+  `sft.copy_every` some of the later ones too."""
+  from agent_rl.data.copy_corpus import COPY_MAX
+  n, w, every = c.sft.copy_steps, c.sft.copy_width, c.sft.copy_every
+  for field, v in (("sft.copy_steps", n), ("sft.copy_width", w), ("sft.copy_every", every)):
+    need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, field,
+         f"must be an int >= 0, got {v!r}")
+  if not (n or every):
+    return
+  need(n <= c.sft.steps, "sft.copy_steps",
+       f"{n} must be <= sft.steps ({c.sft.steps}): the copy stage is the first of the SFT steps")
+  need(every != 1, "sft.copy_every", "1 would leave no step for the demos (2: every other step)")
+  need(w >= 2 * COPY_MAX, "sft.copy_width",
+       f"{w} must be >= {2 * COPY_MAX} (room for a span of up to {COPY_MAX} tokens and its copy)")
+  # A copy row is no agent's turn (as an IWM row, above).
+  field = "sft.copy_steps" if n else "sft.copy_every"
+  need(c.agents.mode == "shared" and not c.agents.frozen, field,
        f"supported with one shared network (agents.mode='shared', no agents.frozen), got "
        f"mode={c.agents.mode!r} frozen={c.agents.frozen!r}")

@@ -177,6 +177,11 @@ def base_config() -> mlc.ConfigDict:
       # this many other admissible commands at each expert state, and the first iwm_steps of
       # `steps` fit their next observations before the demos (0, 0: off).
       iwm_alternatives=0, iwm_steps=0,
+      # Copy pretraining (data/copy_corpus.py): the first copy_steps of `steps` (before IWM)
+      # fit synthetic rows of copy_width tokens whose only learnable content is copying from
+      # the context, a stand-in for a pretrained checkpoint's induction heads (0: off); with
+      # copy_every = n > 0, every n-th step after IWM is a copy step too (rehearsal).
+      copy_steps=0, copy_width=64, copy_every=0,
   ))
   c.distill = mlc.ConfigDict(dict(
       teacher="",  # an agent_rl workdir whose best/latest checkpoint scores the rollouts

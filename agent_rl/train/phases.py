@@ -209,12 +209,14 @@ def start_rl(run: Run, params, meta: Meta) -> Progress:
 # -- SFT --------------------------------------------------------------------------------------
 
 def sft_phase(run: Run, prog: Progress) -> Progress:
-  """SFT up to `sft.steps` (the first `sft.iwm_steps` on IWM rows, data/early_experience.py),
+  """SFT up to `sft.steps` in its stages (train/sft.py `Stages`: copy rows, IWM rows, demos),
   then the switch to RL (evaluated and saved). Returns the Progress at the start of RL."""
   c, place = run.c, run.spec.place
+  stages = sft.Stages.of(c, run.setup.tokenizer)
   rows, iwm = main_process_first(lambda: sft.sft_rows(
       c, run.setup, run.ecfg, run.workdir, run.policy, prog.state.params["lm"],
-      run.spec.lm_graphdef, iwm_needed=prog.meta.sft_step < int(c.sft.iwm_steps)), "demos")
+      run.spec.lm_graphdef, iwm_needed=prog.meta.sft_step < stages.copy_steps + stages.iwm_steps),
+      "demos")
   rows = place.batch(freeze_rows(rows, run.setup.agents.frozen))
   iwm = None if iwm is None else place.batch(iwm)  # no agent's turns (checks: none frozen)
   if prog.meta.sft_step == 0:
@@ -225,20 +227,19 @@ def sft_phase(run: Run, prog: Progress) -> Progress:
   lr_of = optim.sft_lr(c)  # the lr of the step just taken, logged beside its loss
   state, meta = prog.state, prog.meta
   while meta.sft_step < run.sft_steps:
-    batch, stage = sft.stage_batch(rows, iwm, int(c.sft.iwm_steps), c.sft.batch_size,
-                                   meta.sft_step, c.seed)
+    batch, stage = sft.stage_batch(rows, iwm, stages, c.sft.batch_size, meta.sft_step, c.seed)
     # Cut after the longest demo of the batch (train/buckets.py); the NLL is a token mean.
     mb = place.batch(buckets.cut(batch, run.length_bucket)[0])
     run.ckpt.wait()  # the step donates the state an async save may still be reading
     state, m = run.sft_step(state, mb)
     meta = dataclasses.replace(meta, sft_step=meta.sft_step + 1)
-    if meta.sft_step % c.train.log_every == 0 or meta.sft_step == run.sft_steps:
-      last = to_host(m) | {"sft/lr": lr_of(meta.sft_step)} | (
-          {"sft/iwm": float(stage)} if c.sft.iwm_steps else {})
+    if (stages.ordinal(meta.sft_step - 1) % c.train.log_every == 0
+        or meta.sft_step == run.sft_steps):  # each kind of step every log_every of its own
+      last = stages.log_row(stage, to_host(m)) | {"sft/lr": lr_of(meta.sft_step)}
       check_finite(meta.global_step, last)
       run.writer.write(meta.global_step, last)
       if bar is not None:
-        bar.set_postfix(loss=f"{last['sft/loss']:.3f}")
+        bar.set_postfix(loss=f"{last.get('sft/loss', last.get('sft/copy/loss')):.3f}")
     if bar is not None:
       bar.update(1)
     exit_if_preempted(run, Progress(state, meta), " during SFT")

@@ -94,15 +94,16 @@ def test_transitions_are_the_game_played_by_hand(workers):
 def test_stage_batch_switches_at_iwm_steps_and_each_stage_counts_its_own_steps():
   """IWM batches for steps < iwm_steps, then the demo rows from their own step 0: each stage
   is a pure function of the step, so a run resumed on either side draws the same batches."""
-  from agent_rl.train.sft import sft_batches, stage_batch
+  from agent_rl.train.sft import Stages, sft_batches, stage_batch
   demos = _like(6, 10)._replace(tokens=np.arange(60, dtype=np.int32).reshape(10, 6))
   iwm = _like(6, 7)._replace(tokens=-np.arange(1, 43, dtype=np.int32).reshape(7, 6))
   eq = lambda a, b: all(jax.tree.leaves(jax.tree.map(lambda x, y: np.array_equal(x, y), a, b)))
+  stages = Stages(iwm_steps=3)
   for step in range(8):
-    got, is_iwm = stage_batch(demos, iwm, 3, 4, step, 5)
+    got, stage = stage_batch(demos, iwm, stages, 4, step, 5)
     want = sft_batches(iwm, 4, step, 5) if step < 3 else sft_batches(demos, 4, step - 3, 5)
-    assert is_iwm == (step < 3) and eq(got, want)
-  assert stage_batch(demos, None, 3, 4, 3, 5)[1] is False  # past the stage: no IWM rows needed
+    assert stage == ("iwm" if step < 3 else "demos") and eq(got, want)
+  assert stage_batch(demos, None, stages, 4, 3, 5)[1] == "demos"  # past it: no IWM rows needed
 
 
 def _like(width, n=1):
@@ -160,7 +161,8 @@ def test_iwm_needs_a_host_game_and_its_steps_inside_sft_steps():
     validate(c)
   c = host_config(iterations=0)
   c.sft.steps, c.sft.iwm_alternatives, c.sft.iwm_steps = 10, 2, 11
-  with pytest.raises(ValueError, match=r"sft.iwm_steps: 11 must be <= sft.steps \(10\)"):
+  with pytest.raises(ValueError, match=r"sft.iwm_steps: 11 must be <= sft.steps \(10\) less "
+                     r"sft.copy_steps \(0\)"):
     validate(c)
   c.sft.iwm_steps, c.agents.mode = 5, "lora"
   with pytest.raises(ValueError, match="sft.iwm_alternatives: supported with one shared network"):

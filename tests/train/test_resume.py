@@ -27,17 +27,24 @@ def test_killed_run_resumes_exactly(tmp_path):
   assert _records(killed) == _records(full)
 
 
-def test_sigterm_during_sft_resumes_exactly_with_its_schedule(tmp_path, monkeypatch):
-  """A preemption at SFT step 3 of 6 (warm-up 2, then cosine) saves the SFT phase (params and
-  its optimizer's moments and count); the restart continues the schedule where it stopped."""
+def test_sigterm_during_sft_resumes_exactly_with_its_schedule_and_stages(tmp_path, monkeypatch):
+  """A preemption at SFT step 3 of 6 (warm-up 2, then cosine; the first 4 steps on copy rows,
+  data/copy_corpus.py) saves the SFT phase (params and its optimizer's moments and count); the
+  restart continues the schedule and the copy stage where it stopped, then the demos."""
   from agent_rl.train.checkpoint import RunCheckpoint
   from agent_rl.train.phases import Preempted
   c = tiny_config(iterations=0, sft_steps=6)  # a policy run: SFT, its evaluation, its save
   c.sft.warmup_steps, c.sft.schedule, c.sft.lr = 2, "cosine", 2e-3
+  c.sft.copy_steps, c.sft.copy_width = 4, 64
   full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
   run(c, full)
   lrs = [r["sft/lr"] for r in _records(full) if "sft/lr" in r]  # warm-up 0, 1e-3; then cosine
   assert lrs == pytest.approx([0.0, 1e-3, 2e-3, 1.7071e-3, 1e-3, 0.2929e-3], abs=1e-7)
+  sft_rows = [r for r in _records(full) if "sft/lr" in r]
+  assert [r["sft/copy"] for r in sft_rows] == [1, 1, 1, 1, 0, 0]
+  # the copy steps' NLL is on copy rows: logged apart from the demos'
+  apart = ["sft/copy/loss" in r and "sft/loss" not in r for r in sft_rows]
+  assert apart == [True] * 4 + [False] * 2
   real, hit = RunCheckpoint.preempted, []
 
   def sigterm_at_3(self, step):  # the SIGTERM flag, raised at SFT step 3's boundary
