@@ -27,16 +27,14 @@ and per update (5.2 after 800 steps at 5e-3).
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from agent_rl.objective.minibatch import Minibatch
+from agent_rl.tokenizers.tokenizer import BYTE_PIECE
 from agent_rl.tokenizers.train import SPECIAL_TOKENS
 
 COPY_START = 0.1     # at each position a copy starts with this probability
 COPY_MIN, COPY_MAX = 8, 32   # a copied span's length, uniform
-_BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 # Copy rows draw from their own stream, apart from the demo seeds and the RL keys.
 _SEED_SALT = 0x0C0FFEE
 
@@ -61,7 +59,7 @@ def content_ids(tokenizer) -> np.ndarray:
   piece = getattr(tokenizer, "id_to_piece", None)
   for i in np.flatnonzero(keep):
     if (is_special is not None and is_special(int(i))) or (
-        piece is not None and _BYTE_PIECE.match(piece(int(i)))):
+        piece is not None and BYTE_PIECE.match(piece(int(i)))):
       keep[i] = False
   ids = np.flatnonzero(keep).astype(np.int32)
   if ids.size < 2:

@@ -21,18 +21,17 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from agent_rl.tokenizers import padded
+from agent_rl.tokenizers.tokenizer import BYTE_PIECE
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_MAP_FILE = "special_tokens_map.json"
 GENERATION_FILE = "generation_config.json"
-_BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 
 @functools.lru_cache(maxsize=1)
@@ -249,7 +248,7 @@ class HFTokenizer:
         raise ValueError(f"piece {piece!r} (id {i}) of {self.path} has a character outside the "
                          f"byte-level alphabet") from None
     if self._byte_fallback:
-      m = _BYTE_PIECE.match(piece)
+      m = BYTE_PIECE.match(piece)
       if m is not None:
         return bytes([int(m.group(1), 16)])
     return piece.replace(self._space, " ").encode("utf-8")
@@ -273,7 +272,7 @@ class HFTokenizer:
       rows = [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
     else:
       fb = self._byte_fallback
-      rows = [bytes([int(p[3:5], 16)]) if fb and _BYTE_PIECE.match(p) else
+      rows = [bytes([int(p[3:5], 16)]) if fb and BYTE_PIECE.match(p) else
               p.replace(self._space, " ").encode("utf-8") for p in by_id]
     for piece, i in self._added.items():
       rows[i] = piece.encode("utf-8")

@@ -20,7 +20,7 @@ _T = sentencepiece_model_pb2.ModelProto.SentencePiece.Type
 _UNKNOWN, _CONTROL, _USER, _UNUSED, _BYTE = (
     _T.UNKNOWN, _T.CONTROL, _T.USER_DEFINED, _T.UNUSED, _T.BYTE)
 
-_BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")  # a byte-fallback piece (also HF, Gemma)
 _SPACE = "\u2581"  # '▁', sentencepiece's visible space
 
 
@@ -132,7 +132,7 @@ class Tokenizer:
     if kind == _UNKNOWN:
       return " \u2047 ".encode("utf-8")
     if kind == _BYTE:
-      m = _BYTE_PIECE.match(piece)
+      m = BYTE_PIECE.match(piece)
       if m is None:
         raise ValueError(f"byte piece {piece!r} (id {i}) of {self.name} is not of the form <0xNN>")
       return bytes([int(m.group(1), 16)])
