@@ -5,7 +5,8 @@ rollouts of a task), gamma 0.95, w = 1, mean_norm.
 
   python -m agent_rl.train --config=configs/gigpo_minishop.py:tiny --workdir=/tmp/gigpo_ms
   python -m agent_rl.train --config=configs/gigpo_minishop.py:tiny,grpo --workdir=/tmp/grpo_ms
-  variants: grpo | rloo | ppo baselines; full (Qwen2.5-1.5B-Instruct from init_from).
+  variants: grpo | rloo | ppo baselines; ppo_warmup (PPO after 5 critic-only iterations,
+  `train.critic_warmup`); full (Qwen2.5-1.5B-Instruct from init_from).
 
 The paper's rollout shape scaled down: group size 8, 16 tasks (tiny: 8), 15 steps (tiny: 6
 turns; the expert needs 4-5: search, click item, two options, buy), the last 2 turns in the
@@ -45,10 +46,12 @@ from agent_rl.train.config import scaled_config
 from agent_rl.train.world_defaults import (MINISHOP_SETTING, MINISHOP_SFT_OVERRIDES,
                                           full_policy, gigpo_or_baseline, minishop)
 
-VARIANTS = dict(grpo=False, rloo=False, ppo=False)
+VARIANTS = dict(grpo=False, rloo=False, ppo=False, ppo_warmup=False)
 COMPARISON = Comparison(  # the GiGPO paper's WebShop row (docstring: numbers [G], unverified)
-    arms={"GiGPO": "", "GRPO": "grpo", "RLOO": "rloo", "PPO": "ppo"}, method="GiGPO",
-    baselines=("GRPO", "RLOO", "PPO"), metrics=("eval/success", "eval/avg@4", "eval/reward"),
+    arms={"GiGPO": "", "GRPO": "grpo", "RLOO": "rloo", "PPO": "ppo", "PPO warm-up": "ppo_warmup"},
+    method="GiGPO", baselines=("GRPO", "RLOO", "PPO", "PPO warm-up"),
+    claims={"PPO warm-up": 0},  # ours (is PPO's loss the critic's start?), not the paper's
+    metrics=("eval/success", "eval/avg@4", "eval/reward"),
     # Success only: the paper's score (~84/76/74/74) is WebShop's purchase score, and our
     # eval/reward adds the format term to it, so the two are not the same number.
     paper={"GiGPO": {"eval/success": 0.67}, "GRPO": {"eval/success": 0.57},

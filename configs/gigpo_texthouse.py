@@ -57,7 +57,6 @@ from agent_rl.train.world_defaults import (TEXTHOUSE_SFT_OVERRIDES, full_policy,
                                           texthouse)
 
 VARIANTS = dict(grpo=False, rloo=False, ppo=False, ppo_warmup=False, long=False)
-WARMUP = 5  # critic-only iterations of the `ppo_warmup` variant, added to the run's iterations
 COMPARISON = Comparison(  # the GiGPO paper's ALFWorld row (docstring: numbers [G], unverified)
     arms={"GiGPO": "", "GRPO": "grpo", "RLOO": "rloo", "PPO": "ppo", "PPO warm-up": "ppo_warmup"},
     method="GiGPO", baselines=("GRPO", "RLOO", "PPO", "PPO warm-up"),
@@ -73,10 +72,7 @@ COMPARISON = Comparison(  # the GiGPO paper's ALFWorld row (docstring: numbers [
 def get_config(arg: str | None = None):
   c, args = scaled_config(arg, VARIANTS)
   texthouse(c, long="long" in args)
-  gigpo_or_baseline(c, ("ppo",) if args["ppo_warmup"] else args)
-  if args["ppo_warmup"]:  # the critic first fits the SFT policy's returns (verl's critic_warmup);
-    c.train.critic_warmup = WARMUP  # then the same 20 policy updates as the other arms
-    c.train.iterations += WARMUP
+  gigpo_or_baseline(c, args)
   if c.scale == "full":
     full_policy(c)
   return c

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from agent_rl.registry import Registry
+from agent_rl.train.optim import check_phase_schedule
 
 KINDS = ("outcome", "process", "dpo", "kto")  # dpo / kto: reward.offline trains the policy
 SOURCES = ("rollouts", "pairs")
@@ -34,6 +35,7 @@ def validate_reward(c, need) -> None:
   for f in ("rollout_batches", "held_out_batches", "steps", "batch_size", "eval_every"):
     need(rm[f] >= 1, f"rm.{f}", f"must be >= 1, got {rm[f]}")
   need(rm.lr > 0, "rm.lr", "must be > 0")
+  check_phase_schedule(c, "rm", need)
   need(0 < rm.held_out_frac < 1, "rm.held_out_frac", f"must be in (0, 1), got {rm.held_out_frac}")
   if rm.kind == "process":
     need(rm.source == "rollouts", "rm.source",

@@ -33,7 +33,7 @@ from agent_rl.rollout.policy import Policy
 from agent_rl.train.checkpoint import RunCheckpoint
 from agent_rl.train.config import validate
 from agent_rl.train.metrics import MetricWriter, check_finite, to_host
-from agent_rl.train.optim import make_optimizer
+from agent_rl.train.optim import phase_optimizer
 from agent_rl.train.policy import make_apply, policy_token_stats
 from agent_rl.train.setup import model_factory
 from agent_rl.train.state import copy_tree, jit_step, new_train_state
@@ -95,7 +95,7 @@ def train_preference_policy(c: mlc.ConfigDict, workdir: str) -> dict:
     chunk = 2 * rm.batch_size
     ref_tr = held_out_scores(lambda r: lp_fn(ref, r), place, d.rows, chunk)
     ref_he = held_out_scores(lambda r: lp_fn(ref, r), place, d.held_rows, chunk)
-    opt = make_optimizer(mlc.ConfigDict(dict(c.optim.to_dict(), lr=rm.lr)), int(rm.steps))
+    opt = phase_optimizer(c, "rm")  # rm.lr, rm.warmup_steps, rm.schedule over rm.steps
     step_fn = jit_step(make_train_step(make_loss(make_apply(spec.graphdef), build_objective(c)),
                                        opt), spec, opt)
     ecfg = episode_config(c, setup.tokenizer)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ml_collections as mlc
 
 from agent_rl.train.config import check_fields, lora_config
+from agent_rl.train.optim import check_phase_schedule
 
 
 def validate_config(c: mlc.ConfigDict) -> None:
@@ -105,13 +106,7 @@ def validate_config(c: mlc.ConfigDict) -> None:
   need(isinstance(lb, int) and not isinstance(lb, bool) and lb >= 0, "train.length_bucket",
        f"must be an int >= 0 (tokens; 0: no cut), got {lb!r}")
   need(c.sft.steps >= 0, "sft.steps", "must be >= 0")
-  need(c.sft.schedule in ("constant", "cosine"), "sft.schedule",
-       f"must be constant|cosine, got {c.sft.schedule!r}")
-  ups = c.sft.steps // max(c.optim.grad_accum, 1)  # SFT's optimizer updates
-  need(isinstance(c.sft.warmup_steps, int) and 0 <= c.sft.warmup_steps
-       and (c.sft.warmup_steps < ups or not c.sft.steps), "sft.warmup_steps",
-       f"must be an int in [0, {ups}) (SFT's updates: sft.steps / optim.grad_accum), "
-       f"got {c.sft.warmup_steps!r}")
+  check_phase_schedule(c, "sft", need)
   need(c.sft.lr > 0, "sft.lr", f"must be > 0, got {c.sft.lr}")
   need(c.sft.get("plans", "expert") in ("expert", "route_agreement"), "sft.plans",
        f"must be expert|route_agreement, got {c.sft.get('plans')!r}")

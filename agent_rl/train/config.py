@@ -130,6 +130,9 @@ def base_config() -> mlc.ConfigDict:
       rollout_batches=6, held_out_batches=2,  # rollout batches for training / held-out
       held_out_frac=0.2,  # source=pairs: the last fraction of the pairs is held out
       steps=200, batch_size=32, lr=1e-3, eval_every=50, margin=0.0,
+      # The RM's own lr schedule, as SFT's (train/optim.py phase_optimizer): 0 -> lr over
+      # warmup_steps updates, then constant | cosine (to 0 at rm.steps); not optim's RL schedule.
+      warmup_steps=0, schedule="constant",
   ))
   c.optim = mlc.ConfigDict(dict(
       name="adamw", lr=3e-4, warmup_steps=0, schedule="constant", weight_decay=0.0,

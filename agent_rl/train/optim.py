@@ -45,30 +45,57 @@ def make_optimizer(o: mlc.ConfigDict, total_steps: int,
   return opt
 
 
-def _sft_optim(c: mlc.ConfigDict) -> mlc.ConfigDict:
-  """config.optim as the SFT phase uses it: AdamW betas, weight decay, clipping and gradient
-  accumulation are optim's; the lr, warm-up and schedule are SFT's own (`sft.lr`,
-  `sft.warmup_steps`, `sft.schedule` spanning `sft.steps`; verl's SFT trainer warms up and
-  decays its own lr), and the RL schedule's `optim.total_steps` does not reach it."""
-  s = c.sft
+def _phase_optim(c: mlc.ConfigDict, field: str) -> mlc.ConfigDict:
+  """config.optim as a phase with its own lr schedule uses it (`field`: "sft", the SFT phase;
+  "rm", a reward-model run): AdamW betas, weight decay, clipping and gradient accumulation are
+  optim's; the lr, warm-up and schedule are the phase's own (`<field>.lr`,
+  `<field>.warmup_steps`, `<field>.schedule` spanning `<field>.steps`; verl's SFT and
+  reward-model trainers warm up and decay their own lr), and the RL schedule's
+  `optim.total_steps` and warm-up do not reach it."""
+  s = c[field]
   return mlc.ConfigDict(dict(c.optim.to_dict(), lr=s.lr, warmup_steps=s.warmup_steps,
                              schedule=s.schedule, total_steps=0))
 
 
-def _sft_updates(c: mlc.ConfigDict) -> int:
-  """Optimizer updates in SFT: one per `optim.grad_accum` steps (optax.MultiSteps)."""
-  return max(int(c.sft.steps) // max(int(c.optim.grad_accum), 1), 1)
+def _phase_updates(c: mlc.ConfigDict, field: str) -> int:
+  """Optimizer updates in a phase: one per `optim.grad_accum` steps (optax.MultiSteps)."""
+  return max(int(c[field].steps) // max(int(c.optim.grad_accum), 1), 1)
+
+
+def check_phase_schedule(c: mlc.ConfigDict, field: str, need: Callable) -> None:
+  """The checks of a phase's own schedule (`_phase_optim`), each naming its field;
+  `need(cond, field, msg)` raises ValueError("config.<field>: msg")."""
+  s = c[field]
+  need(s.schedule in ("constant", "cosine"), f"{field}.schedule",
+       f"must be constant|cosine, got {s.schedule!r}")
+  ups = s.steps // max(c.optim.grad_accum, 1)  # the phase's optimizer updates
+  need(isinstance(s.warmup_steps, int) and not isinstance(s.warmup_steps, bool)
+       and 0 <= s.warmup_steps and (s.warmup_steps < ups or not s.steps),
+       f"{field}.warmup_steps", f"must be an int in [0, {ups}) (the phase's updates: "
+       f"{field}.steps / optim.grad_accum), got {s.warmup_steps!r}")
+
+
+def phase_optimizer(c: mlc.ConfigDict, field: str) -> optax.GradientTransformation:
+  """The optimizer of phase `field` ("sft" | "rm"; `_phase_optim`'s settings)."""
+  return make_optimizer(_phase_optim(c, field), _phase_updates(c, field), field=field)
+
+
+def phase_lr(c: mlc.ConfigDict, field: str) -> Callable[[int], float]:
+  """Step (1-based) of phase `field` -> the lr of the update it feeds, as `phase_optimizer`
+  applies it."""
+  sched = make_schedule(_phase_optim(c, field), _phase_updates(c, field), field=field)
+  k = max(int(c.optim.grad_accum), 1)
+  return lambda step: float(sched((step - 1) // k))
 
 
 def sft_optimizer(c: mlc.ConfigDict) -> optax.GradientTransformation:
-  """The SFT phase's optimizer (`_sft_optim`'s settings)."""
-  return make_optimizer(_sft_optim(c), _sft_updates(c), field="sft")
+  """The SFT phase's optimizer (`sft.lr`, `sft.warmup_steps`, `sft.schedule`)."""
+  return phase_optimizer(c, "sft")
 
 
 def sft_lr(c: mlc.ConfigDict) -> Callable[[int], float]:
-  """SFT step (1-based) -> the lr of the update it feeds, as `sft_optimizer` applies it."""
-  sched, k = make_schedule(_sft_optim(c), _sft_updates(c), field="sft"), c.optim.grad_accum
-  return lambda step: float(sched((step - 1) // max(int(k), 1)))
+  """SFT step (1-based) -> the lr of the update it feeds (logged as sft/lr)."""
+  return phase_lr(c, "sft")
 
 
 def _actor_or_critic(policy_key: str):

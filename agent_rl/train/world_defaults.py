@@ -99,21 +99,31 @@ def full_policy(c, preset: str = "qwen2.5-1.5b"):
   return c
 
 
+PPO_WARMUP = 5  # critic-only iterations of the `ppo_warmup` variant, added to the run's iterations
+
+
 def gigpo_or_baseline(c, args):
   """GiGPO (gamma 0.95, w 1, mean_norm: the paper's defaults) unless a baseline variant is
-  named: `grpo`, `rloo`, or `ppo` (a shared-trunk critic with GAE, gamma 0.95), with the
-  clip-higher PPO loss (0.2 / 0.28) of verl-agent's runs."""
+  named: `grpo`, `rloo`, `ppo` (a shared-trunk critic with GAE, gamma 0.95), or `ppo_warmup`
+  (that PPO after PPO_WARMUP critic-only iterations: verl's trainer.critic_warmup, so the
+  critic first fits the SFT policy's returns; then the same policy updates as the other arms),
+  with the clip-higher PPO loss (0.2 / 0.28) of verl-agent's runs. `args`: the variant flags
+  (scaled_config's Variants, where a variant the config does not declare is off)."""
+  on = lambda k: bool(args.values.get(k, False))  # noqa: E731
   c.loss.name = "vanilla"
   c.loss.kwargs.clip_ratio_low = 0.2
   c.loss.kwargs.clip_ratio_high = 0.28
-  if "grpo" in args:
+  if on("grpo"):
     c.credit.name = "grpo"
-  elif "rloo" in args:
+  elif on("rloo"):
     c.credit.name = "rloo"
-  elif "ppo" in args:
+  elif on("ppo") or on("ppo_warmup"):
     c.model.critic = "shared"
     c.credit.name = "gae"
     c.credit.kwargs.gamma = 0.95
+    if on("ppo_warmup"):
+      c.train.critic_warmup = PPO_WARMUP
+      c.train.iterations += PPO_WARMUP
   else:
     gigpo(c)
   return c

@@ -44,6 +44,8 @@ def test_base_config_is_valid():
     ("sft.schedule", "linear", "sft.schedule"),
     ("sft.warmup_steps", -1, "sft.warmup_steps"),
     ("sft.lr", 0.0, "sft.lr"),
+    ("rm.schedule", "linear", "rm.schedule"),
+    ("rm.warmup_steps", 200, "rm.warmup_steps"),  # rm.steps is 200: no update would train
     ("model.critic", "twin", "model.critic"),
     ("model.dtype", "fp8", "model.dtype"),
     ("model.param_dtype", "float64", "model.param_dtype"),

@@ -1,4 +1,5 @@
-"""SFT's own lr schedule (`sft.warmup_steps`, `sft.schedule`): the lr each update applies,
+"""A phase's own lr schedule (SFT: `sft.warmup_steps`, `sft.schedule`; a reward-model run:
+`rm.warmup_steps`, `rm.schedule`): the lr each update applies,
 read off AdamW's steps, against the warm-up + cosine formula of Hugging Face's
 `get_cosine_schedule_with_warmup` (what verl's SFT trainer calls) written as a plain loop."""
 import math
@@ -9,7 +10,7 @@ import optax
 import pytest
 
 from agent_rl.train.config import base_config, validate
-from agent_rl.train.optim import sft_lr, sft_optimizer
+from agent_rl.train.optim import phase_lr, phase_optimizer, sft_lr, sft_optimizer
 
 
 def _hf_cosine_with_warmup(lr: float, warm: int, total: int, step: int) -> float:
@@ -68,3 +69,20 @@ def test_warmup_must_leave_steps_to_train():
   c.sft.steps, c.sft.warmup_steps = 10, 10
   with pytest.raises(ValueError, match=r"sft\.warmup_steps"):
     validate(c)
+
+
+@pytest.mark.parametrize("schedule,warm", [("cosine", 2), ("constant", 3)])
+def test_reward_model_updates_follow_their_own_schedule(schedule, warm):
+  """A reward-model run (reward/train.py, reward/offline.py) trains at rm.lr on rm's own
+  warm-up and schedule over rm.steps; the RL optimizer's warm-up and horizon (optim.*) do not
+  reach it."""
+  c = base_config()
+  c.optim.total_steps, c.optim.warmup_steps, c.optim.schedule = 1000, 7, "cosine"
+  c.rm.steps, c.rm.lr, c.rm.warmup_steps, c.rm.schedule = 10, 3e-4, warm, schedule
+  validate(c)
+  want = [(_hf_cosine_with_warmup(3e-4, warm, 10, t) if schedule == "cosine" else
+           3e-4 * min(1.0, t / warm)) for t in range(10)]
+  np.testing.assert_allclose(_applied_lrs(phase_optimizer(c, "rm"), 10), want, rtol=1e-5,
+                             atol=1e-9)
+  np.testing.assert_allclose([phase_lr(c, "rm")(t + 1) for t in range(10)], want, rtol=1e-5,
+                             atol=1e-10)  # float32 schedule
