@@ -34,8 +34,9 @@ from agent_rl.rollout.compiled import episode_keys
 def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: int,
                       seed_base: int, *, world_model: bool = False, iwm_alternatives: int = 0,
                       replay_alternatives: bool = True):
-  """(EpisodeBatches of the replayed demos, {demos, skipped, replayed_success, iwm_failed},
-  early-experience transitions: [] unless `iwm_alternatives` > 0).
+  """(EpisodeBatches of the replayed demos, {demos, skipped, replayed_success, iwm_failed,
+  plans: each batch's plans, row-aligned}, early-experience transitions: [] unless
+  `iwm_alternatives` > 0).
 
   world_model: each turn is SPA's `<think><observation>s_t</observation><prediction>s_{t+1}
   </prediction></think><answer>a_t</answer>` (data/world_model.py), s_t the game's
@@ -51,7 +52,7 @@ def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: 
   g_cfg = dataclasses.replace(ecfg, group_size=1, gate=None, search=None,
                               sampler=dataclasses.replace(ecfg.sampler, greedy=True))
   traced = world_model or iwm_alternatives > 0
-  batches, transitions, skipped, iwm_failed, wins, n = [], [], 0, 0, 0.0, 0
+  batches, batch_plans, transitions, skipped, iwm_failed, wins, n = [], [], [], 0, 0, 0.0, 0
   for j, lo in enumerate(range(0, num_demos, chunk)):
     t = tasks[lo:lo + chunk]
     key = jax.random.fold_in(jax.random.key(0), j)
@@ -82,13 +83,14 @@ def host_demo_batches(env, tokenizer, ecfg, pieces, vocab_size: int, num_demos: 
     batch, _ = HostRollout(scripted_policy(vocab_size), env, g_cfg, pieces)(
         jnp.asarray(forced), jnp.asarray(t), key)
     batches.append(batch)
+    batch_plans.append(plans)
     wins += float(jnp.sum(jnp.any(batch.success, axis=1)))
     n += len(t)
   if not batches:
     raise ValueError(f"config.sft.steps: none of the {num_demos} host demo games has an expert "
                      "plan (TextGame.expert); set sft.steps=0")
   return batches, dict(demos=n, skipped=skipped, replayed_success=wins / max(n, 1),
-                       iwm_failed=iwm_failed), transitions
+                       iwm_failed=iwm_failed, plans=batch_plans), transitions
 
 
 def _plans(env, tasks, reset_keys, traced: bool, max_turns: int) -> tuple[list, list | None]:

@@ -112,6 +112,11 @@ def validate_config(c: mlc.ConfigDict) -> None:
        f"must be expert|route_agreement, got {c.sft.get('plans')!r}")
   _check_iwm(c, need)
   _check_copy(c, need)
+  b = c.sft.action_balance
+  need(0.0 <= b <= 1.0, "sft.action_balance",  # > 1: a rarer kind would outweigh a commoner one
+       f"must be in [0, 1] (0: off, 1: inverse frequency), got {b!r}")
+  need(not b or c.sft.get("plans", "expert") == "expert", "sft.action_balance",
+       f"weighs the expert's demo turns; sft.plans={c.sft.get('plans')!r} has none")
   need(c.loss.kl_coef >= 0 and c.loss.kl_in_reward >= 0, "loss.kl_coef",
        "KL coefficients must be >= 0")
   from agent_rl.train import teacher

@@ -185,6 +185,9 @@ def base_config() -> mlc.ConfigDict:
       # the context, a stand-in for a pretrained checkpoint's induction heads (0: off); with
       # copy_every = n > 0, every n-th step after IWM is a copy step too (rehearsal).
       copy_steps=0, copy_width=64, copy_every=0,
+      # Action-balanced demo turns (data/action_balance.py): a turn's tokens weigh
+      # n(kind)^-action_balance, kind its action's first word (0: off; 1: inverse frequency).
+      action_balance=0.0,
   ))
   c.distill = mlc.ConfigDict(dict(
       teacher="",  # an agent_rl workdir whose best/latest checkpoint scores the rollouts

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_rl import losses
+from agent_rl.data.action_balance import turn_weights, weigh_loss_mask
 from agent_rl.data.copy_corpus import content_ids, copy_rows
 from agent_rl.data.demos import DemoBuilder, load_demos, prepare
 from agent_rl.envs.tasks import plan_format, sample_tasks
@@ -83,7 +84,23 @@ def sft_rows(c, setup, ecfg, workdir: str, policy=None, lm_params=None, lm_graph
                            setup.env, tasks, key, g_cfg, setup.pieces)
   print(f"SFT demos: {len(demos)} tasks, replayed success {float(metrics['rollout/success']):.3f}",
         flush=True)
-  return _rows_of(batch), None
+  return _rows_of(balanced(c, [batch], [plans], ecfg.max_turns)[0]), None
+
+
+def balanced(c, batches: list, plans: list, max_turns: int) -> list:
+  """`batches` (episode rows; `plans[j]`: batch j's plans, row-aligned) with their turns
+  weighed by `sft.action_balance` (data/action_balance.py; 0: as they are). The kinds are
+  counted over every batch's demos."""
+  b = float(c.sft.get("action_balance", 0.0))
+  if not b:
+    return batches
+  w = turn_weights([p for ps in plans for p in ps], max_turns, b)
+  out, lo = [], 0
+  for batch, ps in zip(batches, plans, strict=True):
+    out.append(batch.replace(loss_mask=weigh_loss_mask(batch.loss_mask, batch.turn_index,
+                                                       w[lo:lo + len(ps)])))
+    lo += len(ps)
+  return out
 
 
 def _host_rows(c, setup, ecfg, iwm_needed: bool) -> tuple[Minibatch, Optional[Minibatch]]:
@@ -102,6 +119,7 @@ def _host_rows(c, setup, ecfg, iwm_needed: bool) -> tuple[Minibatch, Optional[Mi
   print(f"SFT demos (host{', world-model turns' if wm else ''}): {st['demos']} games "
         f"({st['skipped']} without a plan{' or trace' if wm or k else ''}), replayed "
         f"success {st['replayed_success']:.3f}", flush=True)
+  batches = balanced(c, batches, st["plans"], ecfg.max_turns)
   rows = jax.tree.map(lambda *x: jnp.concatenate(x, axis=0), *map(_rows_of, batches))
   if not (k and iwm_needed):
     return rows, None
@@ -137,6 +155,11 @@ def make_sft_loss(apply_fn):
     stats = apply_fn(params, mb.tokens, mb.position, mb.attention_mask, dropout_key=key,
                      agent=mb.agent)
     loss, m = losses.sft_loss(stats.logprobs, mb.loss_mask)
+    # With sft.action_balance the loss is the turn-weighted mean; nll and num_tokens stay the
+    # plain token mean and count, comparable across runs (the same values for a 0/1 mask).
+    on = (mb.loss_mask > 0).astype(jnp.float32)
+    m = m | {"nll": losses.masked_mean(-jax.lax.stop_gradient(stats.logprobs), on),
+             "num_tokens": jnp.sum(on)}
     return loss, {f"sft/{k}": v for k, v in m.items()} | {"sft/loss": loss}
   return loss_fn
 

@@ -180,6 +180,7 @@ def test_host_sft_demos_replay_the_games_expert_plans():
   ecfg = episode_config(c, tok)
   batches, st, _ = host_demo_batches(env, tok, ecfg, chat_pieces(tok, env.instruction, "sys"),
                                      tok.vocab_size, 7, 1000)
+  plans = st.pop("plans")
   assert st == dict(demos=7, skipped=0, replayed_success=1.0, iwm_failed=0) and len(batches) == 3
   b = batches[0]
   first = np.asarray(b.tokens)[0][np.asarray(b.loss_mask)[0] > 0]
@@ -189,6 +190,7 @@ def test_host_sft_demos_replay_the_games_expert_plans():
   plan = KeyRoomGame().expert(env.task_ids[task0], reset_seed(np.asarray(reset_keys)[0]))
   text = tok.decode([int(x) for x in first])
   assert [seg.split("</answer>")[0] for seg in text.split("<answer>")[1:]] == plan
+  assert plans[0][0] == plan  # each chunk's plans come back row-aligned
 
 
 def test_host_run_sft_warm_start_lifts_held_out_success(tmp_path):
