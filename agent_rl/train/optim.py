@@ -49,8 +49,8 @@ def _phase_optim(c: mlc.ConfigDict, field: str) -> mlc.ConfigDict:
   """config.optim as a phase with its own lr schedule uses it (`field`: "sft", the SFT phase;
   "rm", a reward-model run): AdamW betas, weight decay, clipping and gradient accumulation are
   optim's; the lr, warm-up and schedule are the phase's own (`<field>.lr`,
-  `<field>.warmup_steps`, `<field>.schedule` spanning `<field>.steps`; verl's SFT and
-  reward-model trainers warm up and decay their own lr), and the RL schedule's
+  `<field>.warmup_steps`, `<field>.schedule` spanning `<field>.steps`, as verl's SFT trainer
+  and OpenRLHF's reward-model trainer warm up and decay their own lr), and the RL schedule's
   `optim.total_steps` and warm-up do not reach it."""
   s = c[field]
   return mlc.ConfigDict(dict(c.optim.to_dict(), lr=s.lr, warmup_steps=s.warmup_steps,
