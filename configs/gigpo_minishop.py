@@ -38,8 +38,9 @@ GRPO / RLOO does not show at this size (the tiny policy's success floor, above).
 SFT policy (in two seeds of three: held-out reward -0.275, -0.600, -0.005; rollout reward -0.25
 -> -0.37), as on TextHouse: its critic starts from scratch on the policy's trunk (value loss
 0.5-1.0 at the first iteration, 0.06-0.11 at the last), so the early advantages carry the
-critic's error; `train.critic_warmup` is the lever we named (not measured here; on TextHouse at
-3 seeds it keeps PPO's entropy, not the SFT policy's successes: configs/gigpo_texthouse.py).
+critic's error; `train.critic_warmup` is the lever we named: the `PPO warm-up` arm (`ppo_warmup`,
+5 critic-only iterations first) is declared and not measured here (3 seeds: ~2 h); on TextHouse
+at 3 seeds it keeps PPO's entropy, not the SFT policy's successes (configs/gigpo_texthouse.py).
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
