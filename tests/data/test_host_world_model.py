@@ -48,7 +48,9 @@ def test_host_demo_turns_state_and_predict_the_games_observations(workers):
   try:
     batches, st, _ = _demos(env, 5, world_model=True)
     # Every demo replays to a win: the env read each command out of the SPA turn's <answer>.
+    plans = st.pop("plans")
     assert st == dict(demos=5, skipped=0, replayed_success=1.0, iwm_failed=0) and len(batches) == 2
+    assert [len(p) for p in plans] == [b.tokens.shape[0] for b in batches] == [3, 2]
     tasks = np.asarray(sample_tasks(env, [1000 + i for i in range(5)]))
     end = TOK.special("<|im_end|>")
     for j, b in enumerate(batches):
@@ -73,7 +75,7 @@ def test_demo_games_without_a_plan_are_left_out_and_the_rest_replanned(world_mod
   from tests.envs.host.hostgames import PlanGapGame
   env = TextHostEnv(GamePool(PlanGapGame, 6, workers=0), TOK, obs_len=48)
   try:
-    _, st, _ = _demos(env, 12, world_model=world_model)
+    batches, st, _ = _demos(env, 12, world_model=world_model)
     # Reference: the same rule by hand (each round drops the rows whose start has no plan).
     tasks = np.asarray(sample_tasks(env, [1000 + i for i in range(12)]))
     kept = 0
@@ -88,7 +90,11 @@ def test_demo_games_without_a_plan_are_left_out_and_the_rest_replanned(world_mod
         t = [t[i] for i in ok]
       kept += len(t)
     assert 0 < kept < 10  # some rows moved at least once in this panel
+    plans = st.pop("plans")
     assert st == dict(demos=kept, skipped=12 - kept, replayed_success=1.0, iwm_failed=0)
+    # the kept games' plans, row-aligned with their batches (sft.action_balance reads them)
+    assert [len(p) for p in plans] == [b.tokens.shape[0] for b in batches]
+    assert sum(map(len, plans)) == kept and all(p for ps in plans for p in ps)
   finally:
     env.close()
 
