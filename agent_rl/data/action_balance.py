@@ -12,7 +12,8 @@ temperature-scaled sampling of multilingual MT (Arivazhagan et al. 2019, p ~ n^(
 An action's kind is its first word, lower-cased (`go to cabinet 1` -> go, `take apple 1 from
 fridge 1` -> take, `click[buy now]` -> click); an action without a letter is kind "". Weights
 are normalized so the mean weight over the demo turns is 1, so the loss keeps its scale and
-the SFT lr its meaning. Only the demo rows are weighted (not the IWM or copy rows).
+the SFT lr its meaning. Only the demo rows are weighted (not the IWM or copy rows); the
+tokens get their turn's weight through `credit.base.turn_to_token`, as advantages do.
 """
 from __future__ import annotations
 
@@ -20,8 +21,6 @@ import collections
 import re
 from typing import Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 _WORD = re.compile(r"[A-Za-z]+")
@@ -46,12 +45,3 @@ def turn_weights(plans: Sequence[Sequence[str]], max_turns: int, balance: float)
   for i, ks in enumerate(kinds):
     w[i, :len(ks)] = [raw[k] / mean for k in ks]
   return w
-
-
-def weigh_loss_mask(loss_mask: jax.Array, turn_index: jax.Array, weights: np.ndarray
-                    ) -> jax.Array:
-  """`loss_mask` `[N, L]` (episode rows, before windowing) times each token's turn weight
-  (`weights[n, turn_index]`; tokens with turn_index -1 are outside the loss already)."""
-  w = jnp.asarray(weights, loss_mask.dtype)
-  t = jnp.clip(turn_index, 0, w.shape[1] - 1)
-  return loss_mask * jnp.where(turn_index >= 0, jnp.take_along_axis(w, t, axis=1), 0)

@@ -30,7 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from agent_rl import losses
-from agent_rl.data.action_balance import turn_weights, weigh_loss_mask
+from agent_rl.credit.base import turn_to_token
+from agent_rl.data.action_balance import turn_weights
 from agent_rl.data.copy_corpus import content_ids, copy_rows
 from agent_rl.data.demos import DemoBuilder, load_demos, prepare
 from agent_rl.envs.tasks import plan_format, sample_tasks
@@ -97,8 +98,9 @@ def balanced(c, batches: list, plans: list, max_turns: int) -> list:
   w = turn_weights([p for ps in plans for p in ps], max_turns, b)
   out, lo = [], 0
   for batch, ps in zip(batches, plans, strict=True):
-    out.append(batch.replace(loss_mask=weigh_loss_mask(batch.loss_mask, batch.turn_index,
-                                                       w[lo:lo + len(ps)])))
+    # each supervised token times its turn's weight (turn_index -1: outside the loss already)
+    out.append(batch.replace(loss_mask=turn_to_token(jnp.asarray(w[lo:lo + len(ps)]),
+                                                     batch.turn_index, batch.loss_mask)))
     lo += len(ps)
   return out
 

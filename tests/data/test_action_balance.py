@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agent_rl.data.action_balance import action_kind, turn_weights, weigh_loss_mask
+from agent_rl.credit.base import turn_to_token
+from agent_rl.data.action_balance import action_kind, turn_weights
 from agent_rl.train.config import base_config, validate
 from tests.train.tiny import host_demos, tiny_config
 
@@ -64,14 +65,14 @@ def test_no_turns_is_an_error_naming_the_field():
     turn_weights([[], []], 4, 1.0)
 
 
-def test_weigh_loss_mask_against_a_loop():
+def test_turn_weights_reach_the_tokens_as_a_loop_puts_them():
   rng = np.random.default_rng(1)
   n, length, t = 3, 20, 4
   mask = (rng.random((n, length)) < 0.6).astype(np.float32)
   ti = rng.integers(-1, t, size=(n, length)).astype(np.int32)
   mask[ti < 0] = 0.0  # prompts / observations are never targets
   w = rng.random((n, t)).astype(np.float32)
-  got = np.asarray(weigh_loss_mask(jnp.asarray(mask), jnp.asarray(ti), w))
+  got = np.asarray(turn_to_token(jnp.asarray(w), jnp.asarray(ti), jnp.asarray(mask)))
   want = np.array([[mask[i, j] * (w[i, ti[i, j]] if ti[i, j] >= 0 else 0.0)
                     for j in range(length)] for i in range(n)])
   np.testing.assert_allclose(got, want, rtol=1e-6)
