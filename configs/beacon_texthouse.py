@@ -30,7 +30,8 @@ loses less where successes are rare", not as BEACON's gain; `long` is not measur
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
-from agent_rl.train.world_defaults import TEXTHOUSE_SFT_OVERRIDES, full_policy, texthouse
+from agent_rl.train.world_defaults import (TEXTHOUSE_SFT_OVERRIDES, TEXTHOUSE_SFT_RUN, full_policy,
+                                          texthouse)
 
 VARIANTS = dict(grpo=False, long=False)
 COMPARISON = Comparison(  # the claim only: no numbers recalled (docstring)
@@ -38,7 +39,7 @@ COMPARISON = Comparison(  # the claim only: no numbers recalled (docstring)
     metrics=("eval/success", "eval/avg@4"),
     paper_source="BEACON (ZJU-REAL/BEACON): milestone credit > GRPO on long ALFWorld/WebShop "
                  "/SciWorld tasks; no numbers recalled", paper_verified=False,
-    overrides=TEXTHOUSE_SFT_OVERRIDES,
+    overrides=TEXTHOUSE_SFT_OVERRIDES, priors=(TEXTHOUSE_SFT_RUN,),
     setting="TextHouse (ALFWorld-like), 5 one-stage families, from a 300-step SFT policy run")
 
 

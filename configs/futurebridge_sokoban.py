@@ -17,7 +17,8 @@ changes, both in the compiled loop:
   acts that turn instead; its turns leave the loss, the student's later turns (from the state
   the teacher bridged to) are distilled as usual.
 
-  # 1. the student (15 SFT steps) and the teacher (150 SFT steps) are the Hera workers:
+  # 1. the student (15 SFT steps) and the teacher (150 SFT steps) are the Hera workers
+  #    (the row's priors: reproduce.py builds them first where they are missing):
   #    runs/hera_device and runs/hera_cloud, made by configs/hera_sokoban.py's recipe
   # 2. both arms x 3 seeds
   python launch/reproduce.py --paper=futurebridge_sokoban --scale=tiny --seeds=3
@@ -53,13 +54,15 @@ the teacher's and leave the loss), which is not a better student at this scale.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
+from agent_rl.train.world_defaults import HERA_CLOUD, HERA_CLOUD_RUN, HERA_DEVICE, HERA_DEVICE_RUN
 
-STUDENT, TEACHER = "runs/hera_device", "runs/hera_cloud"
+STUDENT, TEACHER = HERA_DEVICE, HERA_CLOUD
 VARIANTS = dict(opd=False, teacher=False, intervene=1.0)
 COMPARISON = Comparison(
     arms={"FutureBridge-OPD": "", "OPD": "opd"}, method="FutureBridge-OPD", baselines=("OPD",),
     metrics=("eval/success", "eval/avg@4"),
     overrides={"model.init_from": STUDENT, "distill.teacher": TEACHER},
+    priors=(HERA_DEVICE_RUN, HERA_CLOUD_RUN),
     paper_source="FutureBridge-OPD (issue 22's description; no paper text reachable): "
                  "direction only", paper_verified=False,
     setting="Sokoban 6x6, 1 box; student 15-step SFT (0.11), teacher 150-step SFT (0.44)")

@@ -9,7 +9,8 @@ A^E; elsewhere A = A^E. The fusion f is unknown from the abstract: `fusion=sum` 
 (`mean`, `replace` are the kernel's alternatives). Kernel: `agent_rl/credit/bepo.py` (tested
 against the plain-Python loops of tests/credit/ref_turns.py).
 
-  # the policy run every graph-credit row starts from (once), then the row
+  # the policy run every graph-credit row starts from (once; reproduce.py builds it first
+  # where it is missing: the row's priors), then the row
   python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny --workdir=runs/sokoban_sft40 \\
       --config.train.iterations=0 --config.sft.steps=40
   python launch/reproduce.py --paper=gated_bepo_sokoban --scale=tiny --seeds=3

@@ -45,7 +45,8 @@ at 3 seeds it keeps PPO's entropy, not the SFT policy's successes (configs/gigpo
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
 from agent_rl.train.world_defaults import (MINISHOP_SETTING, MINISHOP_SFT_OVERRIDES,
-                                          full_policy, gigpo_or_baseline, minishop)
+                                          MINISHOP_SFT_RUN, full_policy, gigpo_or_baseline,
+                                          minishop)
 
 VARIANTS = dict(grpo=False, rloo=False, ppo=False, ppo_warmup=False)
 COMPARISON = Comparison(  # the GiGPO paper's WebShop row (docstring: numbers [G], unverified)
@@ -58,7 +59,8 @@ COMPARISON = Comparison(  # the GiGPO paper's WebShop row (docstring: numbers [G
     paper={"GiGPO": {"eval/success": 0.67}, "GRPO": {"eval/success": 0.57},
            "RLOO": {"eval/success": 0.52}, "PPO": {"eval/success": 0.52}},
     paper_source="GiGPO (arXiv:2505.10978), WebShop success, Qwen2.5-1.5B-Instruct [G]",
-    paper_verified=False, overrides=MINISHOP_SFT_OVERRIDES, setting=MINISHOP_SETTING)
+    paper_verified=False, overrides=MINISHOP_SFT_OVERRIDES,
+    priors=(MINISHOP_SFT_RUN,), setting=MINISHOP_SETTING)
 
 
 def get_config(arg: str | None = None):

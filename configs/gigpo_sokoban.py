@@ -5,7 +5,8 @@ GiGPO adds a step-level advantage from anchor-state groups (turns of the G episo
 task that start in the same state) to GRPO's episode-level advantage: A = A^E + w * A^S,
 gamma = 0.95, mean_norm, invalid-action penalty 0.1.
 
-  # the policy run every Sokoban credit row starts from (once), then the row
+  # the policy run every Sokoban credit row starts from (once; reproduce.py builds it first
+  # where it is missing: the row's priors), then the row
   python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny --workdir=runs/sokoban_sft40 \
       --config.train.iterations=0 --config.sft.steps=40
   python launch/reproduce.py --paper=gigpo_sokoban --scale=tiny --seeds=3
@@ -53,14 +54,15 @@ step-level credit has little to separate at this scale.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
-from agent_rl.train.world_defaults import (SOKOBAN_SFT40_OVERRIDES, gigpo_or_baseline,
-                                           sokoban_from_policy_run)
+from agent_rl.train.world_defaults import (SOKOBAN_SFT40_OVERRIDES, SOKOBAN_SFT40_RUN,
+                                          gigpo_or_baseline, sokoban_from_policy_run)
 
 VARIANTS = dict(grpo=False, rloo=False, ppo=False)
 COMPARISON = Comparison(  # the paper reports no Sokoban numbers we hold: direction only
     arms={"GiGPO": "", "GRPO": "grpo", "RLOO": "rloo", "PPO": "ppo"}, method="GiGPO",
     baselines=("GRPO", "RLOO", "PPO"), metrics=("eval/success", "eval/avg@4"),
     overrides=SOKOBAN_SFT40_OVERRIDES,
+    priors=(SOKOBAN_SFT40_RUN,),
     paper_source="GiGPO (arXiv:2505.10978): GiGPO > GRPO, RLOO, PPO on Sokoban/ALFWorld/WebShop [G]",
     paper_verified=False, setting="Sokoban 6x6, 1 box, from a 40-step SFT policy run")
 

@@ -57,8 +57,8 @@ rehearsal: 0.00, reward 0.00, no take.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
-from agent_rl.train.world_defaults import (TEXTHOUSE_SFT_OVERRIDES, full_policy, gigpo_or_baseline,
-                                          texthouse)
+from agent_rl.train.world_defaults import (TEXTHOUSE_SFT_OVERRIDES, TEXTHOUSE_SFT_RUN, full_policy,
+                                          gigpo_or_baseline, texthouse)
 
 VARIANTS = dict(grpo=False, rloo=False, ppo=False, ppo_warmup=False, long=False)
 COMPARISON = Comparison(  # the GiGPO paper's ALFWorld row (docstring: numbers [G], unverified)
@@ -69,7 +69,7 @@ COMPARISON = Comparison(  # the GiGPO paper's ALFWorld row (docstring: numbers [
     paper={"GiGPO": {"eval/success": 0.86}, "GRPO": {"eval/success": 0.73},
            "RLOO": {"eval/success": 0.70}, "PPO": {"eval/success": 0.54}},
     paper_source="GiGPO (arXiv:2505.10978), ALFWorld All, Qwen2.5-1.5B-Instruct [G]",
-    paper_verified=False, overrides=TEXTHOUSE_SFT_OVERRIDES,
+    paper_verified=False, overrides=TEXTHOUSE_SFT_OVERRIDES, priors=(TEXTHOUSE_SFT_RUN,),
     setting="TextHouse (ALFWorld-like), 5 one-stage families, from a 300-step SFT policy run")
 
 

@@ -12,7 +12,8 @@ plain-Python loops of tests/credit/ref_turns.py); unreachable states get the gro
 finite distance + 1, as the "Relax" reproduction does (the official core file was not
 available).
 
-  # the policy run every graph-credit row starts from (once), then the row
+  # the policy run every graph-credit row starts from (once; reproduce.py builds it first
+  # where it is missing: the row's priors), then the row
   python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny --workdir=runs/sokoban_sft40 \\
       --config.train.iterations=0 --config.sft.steps=40
   python launch/reproduce.py --paper=graphgpo_sokoban --scale=tiny --seeds=3

@@ -13,7 +13,8 @@ router learns when the weak worker is good enough. Hera's two stages:
 2. cost-aware RL grouping identical states across trajectories: GiGPO step groups over the
    router's turns (anchor state = board + who acts), return = task reward - call costs.
 
-  # the two workers (window of 0 turns: a worker reads the board only, as in the route env)
+  # the two workers (window of 0 turns: a worker reads the board only, as in the route env;
+  # the row's priors: reproduce.py builds them first where they are missing)
   python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny --workdir=runs/hera_device \\
       --config.train.iterations=0 --config.sft.steps=15 --config.rollout.history=windowed \\
       --config.rollout.window_turns=0
@@ -70,9 +71,10 @@ bit-identical; configs/futurebridge_sokoban.py); always-cloud then gave 0.438 / 
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
-from agent_rl.train.world_defaults import gigpo
+from agent_rl.train.world_defaults import (HERA_CLOUD, HERA_CLOUD_RUN, HERA_DEVICE,
+                                          HERA_DEVICE_RUN, gigpo)
 
-DEVICE, CLOUD = "runs/hera_device", "runs/hera_cloud"
+DEVICE, CLOUD = HERA_DEVICE, HERA_CLOUD
 VARIANTS = dict(always_cloud=False, always_device=False, il_only=False, cloud_cost=0.25)
 COMPARISON = Comparison(
     arms={"Hera": "", "IL only": "il_only", "always-cloud": "always_cloud",
@@ -81,7 +83,7 @@ COMPARISON = Comparison(
     metrics=("eval/reward", "eval/success"),
     claims={"always-cloud": {"eval/reward": 1, "eval/success": -1}},  # most, not all, of it
     overrides={"model.init_from": DEVICE, "tokenizer.path": f"{DEVICE}/tokenizer.model",
-               "agents.init": f",,{CLOUD}"},
+               "agents.init": f",,{CLOUD}"}, priors=(HERA_DEVICE_RUN, HERA_CLOUD_RUN),
     paper_source="Hera (arXiv:2605.24598, abstract): 92.5% of cloud-only success with the "
                  "cloud in 46.3% of steps (ALFWorld, WebShop, AppWorld)",
     paper_verified=True, setting="Sokoban 6x6, 1 box; device = 15-step SFT, cloud = 150-step SFT")

@@ -5,6 +5,7 @@ rewards from a process reward model trained on Sokoban's box-on-target milestone
 2024, arXiv:2312.08935, and PRIME, Cui et al. 2025).
 
   # 1. the policy (a short SFT warm start), 2. the PRM from its rollouts, 3. both arms x 3 seeds
+  # (1 and 2 are the row's priors: step 3 alone builds them first where they are missing)
   python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny --workdir=runs/sokoban_sft40 \
       --config.train.iterations=0 --config.sft.steps=40
   python -m agent_rl.reward.train --config=configs/reward_model.py:tiny,process \
@@ -38,13 +39,15 @@ positive rate) added to every turn, so it also acts as a per-turn cost; a probab
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
-from agent_rl.train.world_defaults import SOKOBAN_SFT40_OVERRIDES, sokoban_from_policy_run
+from agent_rl.train.world_defaults import (PRM_SFT40_RUN, SOKOBAN_SFT40_OVERRIDES,
+                                          SOKOBAN_SFT40_RUN, sokoban_from_policy_run)
 
 VARIANTS = dict(prm="")  # prm=DIR: the PRM run whose per-turn scores shape the rewards
-COMPARISON = Comparison(  # needs the policy and PRM runs of the docstring's steps 1-2
+COMPARISON = Comparison(  # from the policy and PRM runs of the docstring's steps 1-2 (priors)
     arms={"PRM": "prm=runs/prm_sft40", "outcome": ""}, method="PRM", baselines=("outcome",),
     metrics=("eval/success", "eval/avg@4"),
     overrides=SOKOBAN_SFT40_OVERRIDES,
+    priors=(SOKOBAN_SFT40_RUN, PRM_SFT40_RUN),
     paper_source="process rewards in RL (Math-Shepherd arXiv:2312.08935, PRIME): PRM shaping > "
                  "outcome-only; not measured on Sokoban by those papers",
     paper_verified=False, setting="Sokoban 6x6, 1 box, from a 40-step SFT policy run")

@@ -50,7 +50,7 @@ Expected results:
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
-from agent_rl.train.world_defaults import SOKOBAN_SFT40, from_policy_run
+from agent_rl.train.world_defaults import SOKOBAN_SFT40, SOKOBAN_SFT40_RUN, from_policy_run
 
 VARIANTS = dict(ppo=False, starpo_s=False, kl=False, kl_reward=False)
 COMPARISON = Comparison(  # RAGEN's StarPO variants; numbers as in the docstring [R]
@@ -61,7 +61,7 @@ COMPARISON = Comparison(  # RAGEN's StarPO variants; numbers as in the docstring
                  "StarPO-S (variance filtering) more stable and better than StarPO [R]",
     # The row's regime (issue 22 §2): RL from the 40-step SFT policy run, not from this tiny
     # config's 100 SFT steps (0.75 of a ~0.9 ceiling leaves RL nothing to separate arms by).
-    overrides=from_policy_run(SOKOBAN_SFT40, sft_steps="0"),
+    overrides=from_policy_run(SOKOBAN_SFT40, sft_steps="0"), priors=(SOKOBAN_SFT40_RUN,),
     paper_verified=False, setting="Sokoban 6x6, 1 box, from a 40-step SFT policy run")
 
 

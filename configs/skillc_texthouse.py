@@ -28,14 +28,15 @@ rollouts of half the tasks.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
-from agent_rl.train.world_defaults import TEXTHOUSE_SFT_OVERRIDES, full_policy, texthouse
+from agent_rl.train.world_defaults import (TEXTHOUSE_SFT_OVERRIDES, TEXTHOUSE_SFT_RUN, full_policy,
+                                          texthouse)
 
 VARIANTS = dict(grpo=False)
 COMPARISON = Comparison(  # the claim only: no numbers recalled (docstring)
     arms={"SkillC": "", "GRPO": "grpo"}, method="SkillC", baselines=("GRPO",),
     metrics=("eval/success", "eval/avg@4"),
     paper_source="SkillC (arXiv 2605.27899, abstract): skill-free success > GRPO's; no numbers",
-    paper_verified=False, overrides=TEXTHOUSE_SFT_OVERRIDES,
+    paper_verified=False, overrides=TEXTHOUSE_SFT_OVERRIDES, priors=(TEXTHOUSE_SFT_RUN,),
     setting="TextHouse (ALFWorld-like), skill-free eval, from a 300-step SFT policy run")
 
 

@@ -40,14 +40,15 @@ would remove the offset, not the per-token tilt.
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
 from agent_rl.train.world_defaults import (MINISHOP_SETTING, MINISHOP_SFT_OVERRIDES,
-                                          full_policy, minishop)
+                                          MINISHOP_SFT_RUN, full_policy, minishop)
 
 VARIANTS = dict(grpo=False, bonus=False)
 COMPARISON = Comparison(  # the claim only: no numbers recalled (docstring)
     arms={"TRIAL": "", "GRPO": "grpo"}, method="TRIAL", baselines=("GRPO",),
     metrics=("eval/success", "eval/avg@4", "eval/reward"),
     paper_source="TRIAL / StepOPSD-style hindsight gap (design proposal): no numbers recalled",
-    paper_verified=False, overrides=MINISHOP_SFT_OVERRIDES, setting=MINISHOP_SETTING)
+    paper_verified=False, overrides=MINISHOP_SFT_OVERRIDES,
+    priors=(MINISHOP_SFT_RUN,), setting=MINISHOP_SETTING)
 
 
 def get_config(arg: str | None = None):

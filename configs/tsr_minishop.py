@@ -31,14 +31,15 @@ picked by the env's progress heuristic, not learned, and 20 iterations do not di
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
 from agent_rl.train.world_defaults import (MINISHOP_SETTING, MINISHOP_SFT_OVERRIDES,
-                                          full_policy, minishop)
+                                          MINISHOP_SFT_RUN, full_policy, minishop)
 
 VARIANTS = dict(plain=False, beam=False, no_heuristic=False)
 COMPARISON = Comparison(  # TSR's claim: training on searched rollouts beats plain rollouts
     arms={"TSR": "", "GRPO": "plain"}, method="TSR", baselines=("GRPO",),
     metrics=("eval/success", "eval/avg@4", "eval/reward"),
     paper_source="TSR (arXiv:2602.11767, abstract only): no numbers recalled",
-    paper_verified=False, overrides=MINISHOP_SFT_OVERRIDES, setting=MINISHOP_SETTING)
+    paper_verified=False, overrides=MINISHOP_SFT_OVERRIDES,
+    priors=(MINISHOP_SFT_RUN,), setting=MINISHOP_SETTING)
 
 
 def get_config(arg: str | None = None):

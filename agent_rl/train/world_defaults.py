@@ -11,6 +11,8 @@ in minutes.
 """
 from __future__ import annotations
 
+from agent_rl.eval.reproduce.comparison import PriorRun  # light: no JAX
+
 
 def _windowed(c, tiny_turns: int, full_turns: int, tiny_window: int, tiny_action: int):
   c.rollout.history = "windowed"
@@ -253,8 +255,8 @@ def drmas(c, args):
 # (tiny's 300 steps on 256 planner demos; held-out success 0.05), so no arm repeats the warm start
 # and every row's GRPO arm is the same run (the harness links twins).
 TEXTHOUSE_SFT = "runs/texthouse_sft300"
-TEXTHOUSE_SFT_RECIPE = ("python -m agent_rl.train --config=configs/gigpo_texthouse.py:tiny "
-                        f"--workdir={TEXTHOUSE_SFT} --config.train.iterations=0")
+TEXTHOUSE_SFT_RUN = PriorRun(TEXTHOUSE_SFT, "gigpo_texthouse", overrides={"train.iterations": "0"})
+TEXTHOUSE_SFT_RECIPE = TEXTHOUSE_SFT_RUN.command()
 
 
 # The Sokoban rows that start from a short SFT policy run (configs/prm_sokoban.py's regime:
@@ -271,16 +273,29 @@ def from_policy_run(run_dir: str, **extra: str) -> dict:
 
 SOKOBAN_SFT40_OVERRIDES = from_policy_run(SOKOBAN_SFT40)
 TEXTHOUSE_SFT_OVERRIDES = from_policy_run(TEXTHOUSE_SFT, sft_steps="0")
-SOKOBAN_SFT40_RECIPE = (  # the policy run every such row starts from (docstrings quote it)
-    "python -m agent_rl.train --config=configs/ragen_sokoban.py:tiny "
-    f"--workdir={SOKOBAN_SFT40} --config.train.iterations=0 --config.sft.steps=40")
+SOKOBAN_SFT40_RUN = PriorRun(SOKOBAN_SFT40, "ragen_sokoban",
+                             overrides={"train.iterations": "0", "sft.steps": "40"})
+SOKOBAN_SFT40_RECIPE = SOKOBAN_SFT40_RUN.command()  # docstrings quote it
+# prm_sokoban's process reward model, trained on that policy's rollouts.
+PRM_SFT40_RUN = PriorRun("runs/prm_sft40", "reward_model", "tiny,process",
+                         {"rm.policy_run": SOKOBAN_SFT40, "model.init_from": SOKOBAN_SFT40},
+                         module="agent_rl.reward.train")
+# Hera's workers (configs/hera_sokoban.py; FutureBridge-OPD's student and teacher): 15 and 150
+# SFT steps of tiny Sokoban reading the board only (a window of 0 turns), one tokenizer.
+HERA_DEVICE, HERA_CLOUD = "runs/hera_device", "runs/hera_cloud"
+_WINDOW0 = {"rollout.history": "windowed", "rollout.window_turns": "0"}
+HERA_DEVICE_RUN = PriorRun(HERA_DEVICE, "ragen_sokoban", overrides={
+    "train.iterations": "0", "sft.steps": "15", **_WINDOW0})
+HERA_CLOUD_RUN = PriorRun(HERA_CLOUD, "ragen_sokoban", overrides={
+    "train.iterations": "0", "sft.steps": "150", **_WINDOW0,
+    "tokenizer.path": f"{HERA_DEVICE}/tokenizer.model"})
 
 # The MiniShop rows (configs/{gigpo,tsr,trial}_minishop.py) start from one SFT policy run too:
 # tiny's 300 steps on 256 solver demos, item ids as single tokens; held-out success 0.00, but
 # half its id clicks name an item on the page and it buys (eval reward +0.02, score terms 0.5-0.6).
 MINISHOP_SFT = "runs/minishop_sft300"
-MINISHOP_SFT_RECIPE = ("python -m agent_rl.train --config=configs/gigpo_minishop.py:tiny "
-                       f"--workdir={MINISHOP_SFT} --config.train.iterations=0")
+MINISHOP_SFT_RUN = PriorRun(MINISHOP_SFT, "gigpo_minishop", overrides={"train.iterations": "0"})
+MINISHOP_SFT_RECIPE = MINISHOP_SFT_RUN.command()
 MINISHOP_SFT_OVERRIDES = from_policy_run(MINISHOP_SFT, sft_steps="0")
 MINISHOP_SETTING = "MiniShop (WebShop-like), from a 300-step SFT policy run"
 
@@ -335,7 +350,7 @@ def graph_credit_comparison(method_arm: str, paper_source: str, paper_verified: 
   return Comparison(
       arms={method_arm: "", "GiGPO": "gigpo", "GRPO": "grpo"}, method=method_arm,
       baselines=("GiGPO", "GRPO"), metrics=("eval/success", "eval/avg@4"),
-      overrides=SOKOBAN_SFT40_OVERRIDES, paper_source=paper_source,
+      overrides=SOKOBAN_SFT40_OVERRIDES, priors=(SOKOBAN_SFT40_RUN,), paper_source=paper_source,
       paper_verified=paper_verified, setting="Sokoban 6x6, 1 box, from a 40-step SFT policy run")
 
 

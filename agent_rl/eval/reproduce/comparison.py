@@ -9,7 +9,9 @@ configs stay the one source of papers (no second registry):
         metrics=("eval/success",),                    # what the paper reports; first = primary
         paper={"GiGPO": {"eval/success": 0.86}, "GRPO": {"eval/success": 0.73}},
         paper_source="Feng et al. 2025, arXiv:2505.10978, ALFWorld All", paper_verified=False,
-        setting="TextHouse (ALFWorld-like)")
+        setting="TextHouse (ALFWorld-like)",
+        priors=(PriorRun("runs/texthouse_sft300", "gigpo_texthouse",
+                         overrides={"train.iterations": "0"}),))   # the run the arms start from
 
 `load_comparisons` imports every configs/*.py and returns its row, or why it has none.
 """
@@ -19,10 +21,58 @@ import dataclasses
 import glob
 import importlib.util
 import os
+import shlex
 from types import MappingProxyType
 from typing import Mapping, Optional
 
 CONFIGS_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs")
+
+
+# The entry points a prior run can be (each writes config.json, metrics.jsonl and checkpoints/
+# the way the harness reads them); the value is the config field that holds its last step.
+PRIOR_MODULES = MappingProxyType({"agent_rl.train": "sft.steps + train.iterations",
+                                  "agent_rl.reward.train": "rm.steps"})
+
+
+@dataclasses.dataclass(frozen=True)
+class PriorRun:
+  """A run that arms of a row start from (a policy run for `model.init_from`, a teacher for
+  `distill.teacher`, a reward model for `reward.model`, a frozen agent of `agents.init`), as
+  its recipe: `python -m <module> --config=configs/<config>.py:<arg> --workdir=<workdir>
+  --config.key=value ...`. The harness builds it before the first arm whose config names a path
+  in `workdir` (reproduce/priors.py), unless a finished run of this recipe is there. The row's
+  `--set` / `--iterations` flags do not reach it: they change the arms, not what they start from.
+  """
+  workdir: str
+  config: str
+  arg: str = "tiny"
+  overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  module: str = "agent_rl.train"
+
+  def __post_init__(self):
+    def bad(field, msg):
+      raise ValueError(f"PriorRun.{field}: {msg}")
+    if not isinstance(self.workdir, str) or not self.workdir.strip("/. "):
+      bad("workdir", f"a run directory, got {self.workdir!r}")
+    if not isinstance(self.config, str) or not self.config or "/" in self.config \
+        or self.config.endswith(".py"):
+      bad("config", f"a config name under configs/ (e.g. 'ragen_sokoban'), got {self.config!r}")
+    if self.module not in PRIOR_MODULES:
+      bad("module", f"{self.module!r}; one of {', '.join(PRIOR_MODULES)}")
+    for k, v in dict(self.overrides).items():
+      if not isinstance(k, str) or not isinstance(v, str):
+        bad("overrides", f"config key -> value string, got {k!r}: {v!r}")
+    object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
+
+  def args(self, config_file: str = "") -> list[str]:
+    """The command's arguments; `config_file` defaults to configs/<config>.py (the
+    repository root's relative path, where the harness and the recipes run)."""
+    return ([f"--config={config_file or f'configs/{self.config}.py'}:{self.arg}",
+             f"--workdir={self.workdir}"]
+            + [f"--config.{k}={v}" for k, v in self.overrides.items()])
+
+  def command(self, config_file: str = "") -> str:
+    return shlex.join(["python", "-m", self.module, *self.args(config_file)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +95,9 @@ class Comparison:
     return than always-cloud at a lower success).
   setting: the environment / split, for the table.
   overrides: `--config.key=value` settings every arm needs (e.g. a run dir to start from).
+  priors: the runs those settings name (`PriorRun`: workdir and recipe), built by the harness
+    before the first arm that needs one; a run dir the arms name and no prior declares must
+    exist before the row runs.
   cross_play: once every run finished, evaluate each run's agent under test against the other
     agents of every other run and of its own earliest checkpoint (`cross_play`); metrics
     `cross/{within,other,early,all}/{return,success}` can then be named in `metrics`.
@@ -60,6 +113,7 @@ class Comparison:
   setting: str = ""
   overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
   cross_play: bool = False
+  priors: tuple[PriorRun, ...] = ()
 
   def __post_init__(self):
     def bad(field, msg):
@@ -99,6 +153,11 @@ class Comparison:
           or any(x not in (1, 0, -1) for x in signs.values())):
         bad("claims", f"{b!r}: a baseline -> +1 | 0 | -1, or metric -> +1 | 0 | -1 (metrics "
                       f"{self.metrics}), got {v!r}; baselines: {self.baselines}")
+    if not isinstance(self.priors, tuple) or not all(isinstance(p, PriorRun) for p in self.priors):
+      bad("priors", f"a tuple of PriorRun, got {self.priors!r}")
+    dirs = [os.path.normpath(p.workdir) for p in self.priors]
+    if len(set(dirs)) < len(dirs):
+      bad("priors", f"two priors share a workdir: {sorted(dirs)}")
     # Read-only views: a module-level constant must not be mutated by a caller.
     object.__setattr__(self, "arms", MappingProxyType(dict(self.arms)))
     object.__setattr__(self, "paper", MappingProxyType({a: MappingProxyType(dict(n))

@@ -12,7 +12,7 @@ import os
 import shlex
 from typing import Callable, Optional, Sequence
 
-from agent_rl.eval.reproduce import cross_play, record, results, runs
+from agent_rl.eval.reproduce import cross_play, priors, record, results, runs
 from agent_rl.eval.reproduce.comparison import (CONFIGS_DIR, PaperConfig, load_comparisons,
                                                 load_config)
 
@@ -36,6 +36,10 @@ def list_rows(scale: str = "tiny", overrides: Sequence[tuple[str, str]] = (),
       arg = runs.arm_arg(scale, variant)
       done = record.recorded_seeds(rec, arm, scale, overrides)
       state = "runnable" if why is None else f"NOT RUNNABLE: {why}"
+      if why is None and comp.priors:
+        todo = _pending_priors(pc, [runs.arm_arg(scale, variant)], overrides)
+        if todo:
+          state += f" (builds {', '.join(p.workdir for p in todo)} first)"
       if done:
         state = f"recorded (seeds {','.join(map(str, done))}); {state}"
       lines.append(f"  {arm:<12} :{arg:<28} {state}")
@@ -61,17 +65,36 @@ def runnable_papers(scale: str, overrides=(), configs_dir: str = CONFIGS_DIR) ->
 def dry_run(pc: PaperConfig, scale: str, seeds: int, results_dir: str, overrides=(),
             arms: Sequence[str] = (), launcher: str = "") -> list[str]:
   """The row's train commands, one per run; `launcher` replaces `python -m agent_rl.train`
-  (e.g. "sbatch launch/slurm_gpu.sbatch", "bash launch/tpu_pod.sh --name=pod --detach")."""
+  (e.g. "sbatch launch/slurm_gpu.sbatch", "bash launch/tpu_pod.sh --name=pod --detach").
+  First the recipes of the prior runs the arms start from that are not finished here, plain
+  `python -m ...` lines in dependency order (a launcher's jobs would start before them); then
+  a comment line saying the arms wait for them."""
   prefix = shlex.split(launcher) if launcher else runs.TRAIN
-  return [s.command(prefix) for s in runs.plan(pc, scale, seeds, results_dir, overrides, arms)]
+  specs = runs.plan(pc, scale, seeds, results_dir, overrides, arms)
+  cdir = os.path.dirname(pc.path)
+  todo = _pending_priors(pc, [s.arg for s in specs], overrides)
+  first = [p.command(priors.config_file(p, cdir)) for p in todo]
+  if first:
+    first.append("# the runs below start from the runs above: let those finish first")
+  return first + [s.command(prefix) for s in specs]
+
+
+def _pending_priors(pc: PaperConfig, args: Sequence[str], overrides=()) -> list:
+  """The row's prior runs that the arms of config args `args` need and that are not finished."""
+  comp = pc.comparison
+  configs = [runs.build_config(pc, a, [*comp.overrides.items(), *overrides])
+             for a in dict.fromkeys(args)]
+  return priors.pending(comp, configs, os.path.dirname(pc.path))
 
 
 def reproduce(pc: PaperConfig, scale: str, seeds: int, results_dir: str, overrides=(),
               arms: Sequence[str] = (), jobs: int = 1, runner: Optional[runs.Runner] = None,
               run: bool = True, echo: Callable[[str], None] = print,
-              eval_runner: Optional[cross_play.EvalRunner] = None
+              eval_runner: Optional[cross_play.EvalRunner] = None,
+              prior_runner: Optional[priors.PriorRunner] = None
               ) -> tuple[results.RowResult, list]:
-  """Runs what is left of the row (unless `run` is False: report what is there), and its
+  """Runs what is left of the row (unless `run` is False: report what is there), first the
+  prior runs those runs start from where they are not finished here (priors.py), and its
   cross-play when the row asks for it, then writes RESULTS_DIR/<paper>.{json,md,png}. Returns
   (the row, the run outcomes)."""
   specs = runs.plan(pc, scale, seeds, results_dir, overrides, arms)
@@ -92,13 +115,18 @@ def reproduce(pc: PaperConfig, scale: str, seeds: int, results_dir: str, overrid
       why = runs.arm_problem(pc, scale, arm, overrides)
       if why:
         raise ValueError(f"{pc.name}/{arm} cannot run: {why}")
-  outcomes = (runs.execute(pc, specs, runner or runs.subprocess_runner, jobs, echo, recorded)
-              if run else [])
+  def build_priors(configs):
+    priors.build_all(pc.comparison, configs, os.path.dirname(pc.path),
+                     prior_runner or priors.subprocess_prior, echo)
+
+  outcomes = (runs.execute(pc, specs, runner or runs.subprocess_runner, jobs, echo, recorded,
+                           build_priors) if run else [])
   if run and pc.comparison.cross_play:
     cross_play.execute(pc, specs, eval_runner or cross_play.subprocess_eval, jobs, echo)
   # The row holds every arm, not only those --arms ran (the others from their workdirs or the
   # record): a row written from a subset would drop the arms measured before.
-  row = results.collect(pc, full, scale, max(seeds, record.seeds(rec)), overrides, recorded)
+  row = results.collect(pc, full, scale, max(seeds, record.seeds(rec)), overrides, recorded,
+                        record.read_priors(results_dir, pc.name))
   paths = results.write_row(row, results_dir)
   echo("wrote " + ", ".join(paths))
   return row, outcomes

@@ -41,6 +41,13 @@ def read(results_dir: str, paper: str) -> Record:
           for r in a.get("runs", ()) if r.get("finished")}
 
 
+def read_priors(results_dir: str, paper: str) -> list[dict]:
+  """The prior runs' entries of results_dir/<paper>.json (results.RowResult.priors; [] without
+  the file or in a row written before they were kept)."""
+  path = epath.Path(results_dir) / f"{paper}.json"
+  return json.loads(path.read_text()).get("priors", []) if path.exists() else []
+
+
 def row_meta(scale: Optional[str], overrides: Sequence[Sequence[str]]) -> dict:
   """What a record keeps of the command that wrote its row: scale and --set overrides."""
   return {"scale": scale, "overrides": [list(o) for o in overrides]}

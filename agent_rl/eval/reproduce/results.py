@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from etils import epath
 
-from agent_rl.eval.reproduce import cross_play, stats
+from agent_rl.eval.reproduce import cross_play, priors, stats
 from agent_rl.eval.reproduce.comparison import PaperConfig
 from agent_rl.eval.reproduce.runs import (TIME_FILE, Recorded, RunSpec, build_config, final_step,
                                           no_record, status)
@@ -77,6 +77,7 @@ class RowResult:
   pairs: tuple[PairResult, ...]
   missing: tuple[str, ...]  # workdirs of runs not finished
   wall_seconds: float  # the harness's wall time in the finished runs, summed over resumes
+  priors: tuple = ()  # per prior run: {workdir, command, seen: [{step, final}]} (priors.py)
 
 
 def read_run(pc: PaperConfig, spec: RunSpec, metrics: Sequence[str],
@@ -107,9 +108,10 @@ def read_run(pc: PaperConfig, spec: RunSpec, metrics: Sequence[str],
 
 def collect(pc: PaperConfig, specs: Sequence[RunSpec], scale: str, seeds: int,
             user_overrides: Sequence[tuple[str, str]] = (),
-            recorded: Recorded = no_record) -> RowResult:
+            recorded: Recorded = no_record, recorded_priors: Sequence[dict] = ()) -> RowResult:
   """The row from `specs`' workdirs, or from the record (`recorded`, record.lookup) where a
-  workdir is not here."""
+  workdir is not here; its prior runs' final evaluations from their workdirs and the record
+  (`recorded_priors`, priors.observations)."""
   comp = pc.comparison
   runs = {a: [] for a in comp.arms if any(s.arm == a for s in specs)}
   for s in specs:
@@ -137,7 +139,8 @@ def collect(pc: PaperConfig, specs: Sequence[RunSpec], scale: str, seeds: int,
                    tuple(user_overrides), comp.method, comp.baselines, comp.metrics,
                    comp.paper_source, comp.paper_verified,
                    {a: dict(n) for a, n in comp.paper.items()}, tuple(arms), tuple(pairs),
-                   missing, wall)
+                   missing, wall,
+                   priors.observations(comp, os.path.dirname(pc.path), recorded_priors))
 
 
 def to_json(row: RowResult) -> dict:
@@ -169,6 +172,11 @@ def row_markdown(row: RowResult) -> str:
   if row.overrides:
     lines.append("- overrides: " + " ".join(f"`{k}={v}`" for k, v in row.overrides))
   lines.append(f"- wall time of the finished runs (summed): {row.wall_seconds / 3600:.2f} h")
+  for p in row.priors:
+    seen = "; another build of it: ".join(
+        f"step {o['step']}, " + ", ".join(f"{k} {v:.3f}" for k, v in o["final"].items())
+        for o in p["seen"]) or "not built where this row was written"
+    lines.append(f"- started from `{p['workdir']}` (`{p['command']}`): {seen}")
   recorded = [r for a in row.arms for r in a.runs if r.recorded]
   if recorded:
     unkept = sum(r.config is None for r in recorded)

@@ -38,14 +38,13 @@ from etils import epath
 
 from agent_rl.eval.reproduce.comparison import PaperConfig
 from agent_rl.eval.reproduce.lock import LOCK_FILE, claim, held_fds, release  # noqa: F401
+from agent_rl.eval.reproduce.paths import (PATH_FIELDS, provided_by,  # noqa: F401
+                                           referenced_paths)
 from agent_rl.train.config import is_free_dict
 
 RESULTS_DIR = os.path.join("benchmarks", "results", "reproduce")
 TIME_FILE = "reproduce_time.json"  # seconds the harness spent running this workdir, summed
 TRAIN = ("python", "-m", "agent_rl.train")
-# Config fields that name a file or run directory that must exist before the run starts.
-PATH_FIELDS = ("model.init_from", "reward.model", "distill.teacher", "tokenizer.path",
-               "rm.policy_run")
 
 
 class StaleRunError(ValueError):
@@ -133,18 +132,19 @@ def final_step(c) -> int:
   return int(c.sft.steps) + int(c.train.iterations)
 
 
-def problem(c) -> Optional[str]:
+def problem(c, provided: Sequence[str] = ()) -> Optional[str]:
   """Why a built config cannot run here (None when it can): validation (an unregistered env,
-  a bad field), or a file/run dir it names that does not exist."""
+  a bad field), or a file/run dir it names that does not exist and is not in one of the
+  `provided` workdirs (the row's prior runs, which the harness builds first)."""
   from agent_rl.train.config import validate
+  later = [p for _, p in referenced_paths(c) if not os.path.exists(p) and provided_by(p, provided)]
   try:
     validate(c)
-  except ValueError as e:
-    return str(e)
-  for field in PATH_FIELDS:
-    section, name = field.split(".")
-    path = c[section][name]
-    if path and "://" not in path and not os.path.exists(path):
+  except ValueError as e:  # one naming a run a prior builds is checked when the arm starts
+    if not any(p in str(e) for p in later):
+      return str(e)
+  for field, path in referenced_paths(c):
+    if not os.path.exists(path) and path not in later:
       return f"needs config.{field}={path} (missing: run its recipe first)"
   return None
 
@@ -155,7 +155,7 @@ def arm_problem(pc: PaperConfig, scale: str, arm: str, overrides=()) -> Optional
     c = build_config(pc, arm_arg(scale, comp.arms[arm]), [*comp.overrides.items(), *overrides])
   except Exception as e:  # an unknown variant or override: the row lists it, --list goes on
     return f"{type(e).__name__}: {e}"
-  return problem(c)
+  return problem(c, [p.workdir for p in comp.priors])
 
 
 def plan(pc: PaperConfig, scale: str, seeds: int, results_dir: str = RESULTS_DIR,
@@ -227,14 +227,15 @@ def check_same_config(c, workdir: str) -> None:
                         "use another --results_dir")
 
 
-def status(c, workdir: str) -> tuple[str, int]:
-  """("done" | "resume" | "new", newest checkpointed global step or -1); see the module doc."""
+def status(c, workdir: str, last: Optional[int] = None) -> tuple[str, int]:
+  """("done" | "resume" | "new", newest checkpointed global step or -1); see the module doc.
+  last: the run's last step (default `final_step(c)`, a train run's)."""
   check_same_config(c, workdir)
   wd = epath.Path(workdir)  # a gs:// results dir reads like a local one (the runs write there)
   ck = wd / "checkpoints"
   steps = [int(p.name) for p in (ck.iterdir() if ck.exists() else ()) if p.name.isdigit()]
   newest = max(steps, default=-1)
-  if newest >= final_step(c) and (wd / "metrics.jsonl").exists():
+  if newest >= (final_step(c) if last is None else last) and (wd / "metrics.jsonl").exists():
     return "done", newest
   return ("resume" if steps else "new"), newest
 
@@ -301,25 +302,33 @@ def _add_seconds(workdir: str, seconds: float) -> None:
     json.dump({"seconds": prev + seconds}, f)
 
 
-def subprocess_runner(spec: RunSpec) -> int:
-  """The printed command in a child process (this interpreter); its output goes to
-  WORKDIR/reproduce.log. Returns the exit status."""
-  os.makedirs(spec.workdir, exist_ok=True)
-  with open(os.path.join(spec.workdir, "reproduce.log"), "a") as log:
-    log.write(f"\n$ {spec.command()}\n")
+def run_logged(module: str, args: Sequence[str], workdir: str) -> int:
+  """`python -m module args` in a child process (this interpreter), its output appended to
+  WORKDIR/reproduce.log after the command line; the child inherits the workdir's lock.
+  Returns the exit status."""
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "reproduce.log"), "a") as log:
+    log.write(f"\n$ {shlex.join(['python', '-m', module, *args])}\n")
     log.flush()
-    return subprocess.run([sys.executable, "-m", "agent_rl.train", *spec.args()], stdout=log,
+    return subprocess.run([sys.executable, "-m", module, *args], stdout=log,
                           stderr=subprocess.STDOUT, check=False,
-                          pass_fds=held_fds(spec.workdir)).returncode
+                          pass_fds=held_fds(workdir)).returncode
+
+
+def subprocess_runner(spec: RunSpec) -> int:
+  """The printed command in a child process (run_logged). Returns the exit status."""
+  return run_logged(TRAIN[-1], spec.args(), spec.workdir)
 
 
 def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subprocess_runner,
             jobs: int = 1, echo: Callable[[str], None] = print,
-            recorded: Recorded = no_record) -> list[Outcome]:
+            recorded: Recorded = no_record,
+            before: Callable[[list], None] = lambda todo: None) -> list[Outcome]:
   """Runs every spec not yet done, `jobs` at a time; a failed run is reported, not raised
   (the other runs go on). Refuses up front (StaleRunError) a workdir of another config.
   `recorded(c, spec)`: the committed record's run of an empty workdir (record.lookup), which
-  is done too."""
+  is done too. `before(todo)`: called with the built configs of the runs left, when there are
+  any, before the first of them starts (the row's prior runs, priors.build_all)."""
   if jobs < 1:
     raise ValueError(f"--jobs: at least 1, got {jobs}")
   todo, out = [], []
@@ -344,6 +353,9 @@ def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subproce
       todo.append(s)
       echo(f"to run {s.name}"
            + (f" (resumes from step {step})" if state == "resume" else ""))
+
+  if todo:
+    before([build_config(pc, s.arg, s.overrides) for s in todo])
 
   def one(s: RunSpec) -> Outcome:
     held = claim(s.workdir)
