@@ -33,7 +33,7 @@ from agent_rl.rollout.policy import Policy
 from agent_rl.train.checkpoint import RunCheckpoint
 from agent_rl.train.config import validate
 from agent_rl.train.metrics import MetricWriter, check_finite, to_host
-from agent_rl.train.optim import phase_optimizer
+from agent_rl.train.optim import phase_lr, phase_optimizer
 from agent_rl.train.policy import make_apply, policy_token_stats
 from agent_rl.train.setup import model_factory
 from agent_rl.train.state import copy_tree, jit_step, new_train_state
@@ -96,6 +96,7 @@ def train_preference_policy(c: mlc.ConfigDict, workdir: str) -> dict:
     ref_tr = held_out_scores(lambda r: lp_fn(ref, r), place, d.rows, chunk)
     ref_he = held_out_scores(lambda r: lp_fn(ref, r), place, d.held_rows, chunk)
     opt = phase_optimizer(c, "rm")  # rm.lr, rm.warmup_steps, rm.schedule over rm.steps
+    lr_of = phase_lr(c, "rm")  # the lr of the step just taken, logged as rm/lr
     step_fn = jit_step(make_train_step(make_loss(make_apply(spec.graphdef), build_objective(c)),
                                        opt), spec, opt)
     ecfg = episode_config(c, setup.tokenizer)
@@ -122,7 +123,7 @@ def train_preference_policy(c: mlc.ConfigDict, workdir: str) -> dict:
     for step in range(1, rm.steps + 1):
       mb = place.batch(_minibatch(d.rows, ref_tr, d.pairs, rm.batch_size, step - 1, c.seed))
       state, m = step_fn(state, mb)
-      m = to_host(m)
+      m = to_host(m) | {"rm/lr": lr_of(step)}
       check_finite(step, m)
       if step % rm.eval_every == 0 or step == rm.steps:
         m.update(held_out(state.params))

@@ -41,7 +41,7 @@ from agent_rl.train import pretrained
 from agent_rl.train.checkpoint import RunCheckpoint
 from agent_rl.train.config import validate
 from agent_rl.train.metrics import MetricWriter, check_finite, to_host
-from agent_rl.train.optim import phase_optimizer
+from agent_rl.train.optim import phase_lr, phase_optimizer
 from agent_rl.train.setup import build
 from agent_rl.train.state import TrainState, init_params, jit_step, new_train_state, state_spec
 from agent_rl.train.step import make_train_step
@@ -239,6 +239,7 @@ def train_reward_model(c: mlc.ConfigDict, workdir: str) -> dict:
                                    lambda mcfg: reward_model_factory(mcfg, c.seed))
     d = build_data(c, setup, place, spec, params["lm"], workdir)
     opt = phase_optimizer(c, "rm")  # rm.lr, rm.warmup_steps, rm.schedule over rm.steps
+    lr_of = phase_lr(c, "rm")  # the lr of the step just taken, logged as rm/lr
     loss = make_loss(spec.graphdef, rm.kind, c.rollout.max_turns, d.segment_len, rm.margin)
     step_fn = jit_step(make_train_step(loss, opt), spec, opt)
     num_turns = c.rollout.max_turns if rm.source == "rollouts" else 1
@@ -260,7 +261,7 @@ def train_reward_model(c: mlc.ConfigDict, workdir: str) -> dict:
       ckpt.wait()
       state, m = step_fn(state, mb)
       step += 1
-      m = to_host(m)
+      m = to_host(m) | {"rm/lr": lr_of(step)}
       check_finite(step, m)
       if step in evals:
         m.update(evaluate_rm(lambda rows: score_fn(state.params, rows), place, d, rm.kind, chunk))

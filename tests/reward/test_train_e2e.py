@@ -50,6 +50,8 @@ def test_outcome_rm_beats_chance_held_out(outcome_rm):
   rep = json.load(open(os.path.join(wd, "rm_report.json")))
   assert rep["held_out"]["eval/rm_accuracy"] == pytest.approx(m["eval/rm_accuracy"])
   assert os.path.isdir(os.path.join(wd, "checkpoints", "150"))
+  logged = [json.loads(ln) for ln in open(os.path.join(wd, "metrics.jsonl")) if ln.strip()]
+  assert [r["rm/lr"] for r in logged] == [1e-3] * len(logged) and len(logged) >= 3
 
 
 def test_rm_run_resumes_at_its_end(policy, outcome_rm):
@@ -138,6 +140,8 @@ def test_dpo_baseline_on_the_same_pairs(policy, tmp_path):
   assert m["before/eval/pref_accuracy"] == 0.5  # the reference itself: every margin is 0
   assert m["eval/pref_accuracy"] >= 0.7 and "eval/success" in m
   assert load_run_policy(str(tmp_path), 400, _place()).step == 40  # a policy run's checkpoint
+  logged = [json.loads(ln) for ln in open(tmp_path / "metrics.jsonl") if ln.strip()]
+  assert [r["rm/lr"] for r in logged if r["step"] > 0] == [3e-4] * 40  # step 0: before training
 
 
 def _place():
