@@ -20,6 +20,7 @@ from flax import nnx
 from agent_rl.parallel.params import state_shardings
 from agent_rl.parallel.placement import Placement
 from agent_rl.train.checkpoint import RunCheckpoint
+from agent_rl.train import provenance
 from agent_rl.train.config import base_config, is_free_dict
 from agent_rl.train.setup import model_config, model_factory
 from agent_rl.train.state import state_spec
@@ -28,9 +29,12 @@ CONFIG_FILE = "config.json"
 
 
 def save_run_config(c: mlc.ConfigDict, workdir: str) -> None:
+  """At each start-up: the resolved config (WORKDIR/config.json) and which code runs it (a
+  line of WORKDIR/code.jsonl: train/provenance.py)."""
   if jax.process_index() == 0:
     with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
       f.write(c.to_json_best_effort(indent=2, sort_keys=True))
+    provenance.record_start(workdir)
 
 
 def load_run_config(workdir: str) -> mlc.ConfigDict:

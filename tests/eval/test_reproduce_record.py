@@ -139,3 +139,29 @@ def test_fewer_seeds_keep_the_recorded_ones_and_a_stale_arm_stops_before_trainin
   with pytest.raises(runs.StaleRunError, match=r"M/seed2 \(recorded"):
     rep.reproduce(pc, "tiny", 3, rdir, arms=["B"], runner=fake, echo=lambda s: None)
   assert fake.calls == []
+
+
+def test_the_row_says_which_code_its_runs_came_from_and_the_record_keeps_it(toy):
+  """Each run's commits (its WORKDIR/code.jsonl, train/provenance.py) go into the row's JSON
+  and a `code` line of its markdown; a fresh clone keeps them from the record."""
+  cdir, rdir = toy
+  pc = rep.load("toy", cdir)
+  fake = FakeRun(pc)
+
+  def with_code(spec):
+    rc = fake(spec)
+    if spec.arm == "M":  # B's runs predate code.jsonl
+      with open(os.path.join(spec.workdir, "code.jsonl"), "w") as f:
+        for dirty in (False, spec.seed == 1):  # seed 1 resumed on changed files
+          f.write(json.dumps({"commit": "0123456789abcdef", "dirty": dirty}) + "\n")
+    return rc
+  rep.reproduce(pc, "tiny", 2, rdir, runner=with_code, echo=lambda s: None)
+  runs_ = {(a["arm"], r["seed"]): r["code"] for a in _record(rdir)["arms"] for r in a["runs"]}
+  assert runs_ == {("M", 0): ["0123456789"], ("M", 1): ["0123456789", "0123456789+dirty"],
+                   ("B", 0): [], ("B", 1): []}
+  line = ("- code of the finished runs (git commit of each start-up, train/provenance.py): "
+          "`0123456789` (1 run); `0123456789, 0123456789+dirty` (1 run); `no code.jsonl` (2 runs)")
+  assert line in open(os.path.join(rdir, "toy.md")).read().splitlines()
+  _fresh_clone(rdir)
+  rep.reproduce(pc, "tiny", 2, rdir, run=False, echo=lambda s: None)
+  assert line in open(os.path.join(rdir, "toy.md")).read().splitlines()

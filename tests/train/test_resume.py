@@ -25,6 +25,10 @@ def test_killed_run_resumes_exactly(tmp_path):
     run(c, killed, kill_after=3)
   run(c, killed)
   assert _records(killed) == _records(full)
+  # each start-up says which code ran it (train/provenance.py): the killed run's two, the full's one
+  code = [json.loads(ln) for ln in open(os.path.join(killed, "code.jsonl"))]
+  assert len(code) == 2 and len(open(os.path.join(full, "code.jsonl")).readlines()) == 1
+  assert set(code[0]) == {"commit", "dirty", "started", "versions"} and code[0]["versions"]["jax"]
 
 
 def test_sigterm_during_sft_resumes_exactly_with_its_schedule_and_stages(tmp_path, monkeypatch):
@@ -58,6 +62,10 @@ def test_sigterm_during_sft_resumes_exactly_with_its_schedule_and_stages(tmp_pat
   assert hit == [3]
   run(c, killed)
   assert _records(killed) == _records(full)
+  # each start-up says which code ran it (train/provenance.py): the killed run's two, the full's one
+  code = [json.loads(ln) for ln in open(os.path.join(killed, "code.jsonl"))]
+  assert len(code) == 2 and len(open(os.path.join(full, "code.jsonl")).readlines()) == 1
+  assert set(code[0]) == {"commit", "dirty", "started", "versions"} and code[0]["versions"]["jax"]
 
 
 def test_corrupt_latest_checkpoint_falls_back(tmp_path, capsys):

@@ -7,6 +7,7 @@ A run's value of a metric is its last logged value: the evaluation at the run's 
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -19,6 +20,7 @@ from agent_rl.eval.reproduce.comparison import PaperConfig
 from agent_rl.eval.reproduce.runs import (TIME_FILE, Recorded, RunSpec, build_config, final_step,
                                           no_record, status)
 from agent_rl.metrics.sinks import read_jsonl
+from agent_rl.train.provenance import read_commits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +37,7 @@ class RunResult:
   seconds: Optional[float]
   config: Optional[dict] = None  # the run's config.json (the record's check, record.lookup)
   recorded: bool = False  # read from the committed <paper>.json: the workdir is not here
+  code: tuple = ()  # the commits its start-ups ran (train/provenance.py); () before 2026-12-07
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +106,7 @@ def read_run(pc: PaperConfig, spec: RunSpec, metrics: Sequence[str],
   cpath = wd / "config.json"
   config = json.loads(cpath.read_text()) if cpath.exists() else None
   return RunResult(spec.seed, spec.workdir, state == "done", final, after_sft, sft, curves, secs,
-                   config)
+                   config, code=read_commits(spec.workdir))
 
 
 def collect(pc: PaperConfig, specs: Sequence[RunSpec], scale: str, seeds: int,
@@ -172,6 +175,12 @@ def row_markdown(row: RowResult) -> str:
   if row.overrides:
     lines.append("- overrides: " + " ".join(f"`{k}={v}`" for k, v in row.overrides))
   lines.append(f"- wall time of the finished runs (summed): {row.wall_seconds / 3600:.2f} h")
+  codes = collections.Counter(", ".join(r.code) or "no code.jsonl"
+                              for a in row.arms for r in a.runs if r.finished)
+  if codes:
+    lines.append("- code of the finished runs (git commit of each start-up, "
+                 "train/provenance.py): " + "; ".join(
+                     f"`{c}` ({n} run{'s' * (n > 1)})" for c, n in sorted(codes.items())))
   for p in row.priors:
     seen = "; another build of it: ".join(
         f"step {o['step']}, " + ", ".join(f"{k} {v:.3f}" for k, v in o["final"].items())
