@@ -141,6 +141,19 @@ def test_the_row_builds_its_priors_once_before_the_arms(row):
   assert f"skip   prior {w1}: finished (step 2)" in said
 
 
+def test_a_prior_killed_half_way_is_resumed_before_the_arms(row):
+  cdir, rdir, w1, w2 = row
+  pc = rep.load("row", cdir)
+  p1 = pc.comparison.priors[0]
+  FakePrior(cdir)(p1, "configs/src.py")
+  os.rename(os.path.join(w1, "checkpoints", "2"), os.path.join(w1, "checkpoints", "1"))
+  assert "runnable" in rep.list_rows("tiny", configs_dir=cdir, results_dir=rdir)
+  said, fp = [], FakePrior(cdir)
+  rep.reproduce(pc, "tiny", 1, rdir, arms=["B"], runner=FakeRun(pc), prior_runner=fp,
+                echo=said.append)
+  assert fp.calls == [w1] and any(s.startswith(f"resume prior {w1} from step 1: ") for s in said)
+
+
 def test_no_prior_is_built_when_no_arm_is_left(row):
   cdir, rdir, w1, w2 = row
   pc = rep.load("row", cdir)

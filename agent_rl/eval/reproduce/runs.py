@@ -137,11 +137,11 @@ def problem(c, provided: Sequence[str] = ()) -> Optional[str]:
   a bad field), or a file/run dir it names that does not exist and is not in one of the
   `provided` workdirs (the row's prior runs, which the harness builds first)."""
   from agent_rl.train.config import validate
-  later = [p for _, p in referenced_paths(c) if not os.path.exists(p) and provided_by(p, provided)]
+  later = [p for _, p in referenced_paths(c) if provided_by(p, provided)]
   try:
     validate(c)
-  except ValueError as e:  # one naming a run a prior builds is checked when the arm starts
-    if not any(p in str(e) for p in later):
+  except ValueError as e:  # one naming a prior's run (missing, or killed half-way: the harness
+    if not any(p in str(e) for p in later):  # builds or resumes it) is checked when the arm starts
       return str(e)
   for field, path in referenced_paths(c):
     if not os.path.exists(path) and path not in later:
