@@ -78,7 +78,9 @@ def read_commits(workdir: str) -> tuple[str, ...]:
   for ln in path.read_text().splitlines():
     if ln.strip():
       r = json.loads(ln)
-      c = (r["commit"][:10] + ("+dirty" if r.get("dirty") else "")) if r.get("commit") else "unknown"
+      c = "unknown"
+      if r.get("commit"):
+        c = r["commit"][:10] + ("+dirty" if r.get("dirty") else "")
       if c not in out:
         out.append(c)
   return tuple(out)

@@ -26,7 +26,7 @@ def get_config(arg=None):
   c.sft.steps = 2
   return c
 '''
-ROW = '''"""A row whose M arm starts from prior P2 (which reads P1's tokenizer) and B arm from P1."""
+ROW = '''"""A row whose M arm starts from prior P2 (which reads P1's tokenizer), B from P1."""
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.eval.reproduce.comparison import PriorRun
 from agent_rl.train.config import scaled_config
