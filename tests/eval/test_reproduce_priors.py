@@ -354,3 +354,21 @@ def test_the_row_records_what_its_arms_started_from(row):
   assert saved()[w2]["seen"] == []
   assert f"- started from `{w2}` (`" in open(os.path.join(rdir, "row.md")).read()
   assert "not built where this row was written" in open(os.path.join(rdir, "row.md")).read()
+
+
+def test_a_tokenizer_path_the_run_resolved_is_its_recipe(row):
+  """A reward-model (or distilling) run saves the tokenizer it resolved from an empty
+  `tokenizer.path` (its policy run's): that is still its recipe; a path the recipe sets and
+  the run dir differs on is another run."""
+  cdir, rdir, w1, w2 = row
+  p1, p2 = rep.load("row", cdir).comparison.priors
+  for p in (p1, p2):
+    FakePrior(cdir)(p, "configs/src.py")
+  for w, path in ((w1, "runs/policy/tokenizer.model"), (w2, "runs/other/tokenizer.model")):
+    cfg = os.path.join(w, "config.json")
+    saved = json.load(open(cfg))
+    saved["tokenizer"]["path"] = path
+    json.dump(saved, open(cfg, "w"))
+  assert priors.state(p1, cdir) == ("done", 2)
+  with pytest.raises(runs.StaleRunError, match="tokenizer.path: 'runs/other/tokenizer.model'"):
+    priors.state(p2, cdir)

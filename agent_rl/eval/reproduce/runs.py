@@ -206,9 +206,11 @@ def differences(c, saved: dict) -> list[str]:
   """config_differences between a saved run's config (nested, as config.json, or flat) and
   the built config `c`."""
   want = _flat(json.loads(c.to_json_best_effort()))
-  if ((want.get("distill.coef", 0) > 0 or want.get("distill.intervene", 0) > 0)
-      and not want.get("tokenizer.path")):
-    want.pop("tokenizer.path")  # run() fills it with the teacher's tokenizer before saving
+  if "tokenizer.path" in want and not want["tokenizer.path"]:
+    # An empty path is resolved at start-up and saved resolved: a distilling run takes its
+    # teacher's tokenizer (train/run.py), a reward-model run its policy run's
+    # (reward/train.py _resolve_tokenizer); a plain run trains its own and saves "".
+    want.pop("tokenizer.path")
   return config_differences(_flat(saved), want)
 
 
