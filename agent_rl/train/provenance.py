@@ -26,26 +26,36 @@ from etils import epath
 CODE_FILE = "code.jsonl"
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")
+CODE_DIRS = ("agent_rl/", "configs/")  # where an untracked .py file is code a run may import
 
 
 def _git(root: str, *args: str) -> Optional[str]:
+  """git's output in `root` (None when git fails or is missing). --no-optional-locks: a status
+  here must not take the index lock from a user's (or another run's) git command."""
   try:
-    out = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
-                         timeout=30, check=False)
+    out = subprocess.run(["git", "--no-optional-locks", "-C", root, *args], capture_output=True,
+                         text=True, timeout=30, check=False)
   except (OSError, subprocess.TimeoutExpired):
     return None
   return out.stdout.strip() if out.returncode == 0 else None
 
 
 def code_version(root: str = ROOT) -> dict:
-  """{"commit": HEAD's hash or None, "dirty": tracked files changed (None without a commit)}
-  of the git checkout whose top level is `root`."""
+  """{"commit": HEAD's hash or None, "dirty": None without a commit, else whether a tracked
+  file changed or an untracked .py file sits in agent_rl/ or configs/ (new code the run may
+  import; other untracked files, such as run dirs, are not code)} of the git checkout whose
+  top level is `root`."""
   top = _git(root, "rev-parse", "--show-toplevel")
   if top is None or os.path.realpath(top) != os.path.realpath(root):
     return {"commit": None, "dirty": None}
   commit = _git(root, "rev-parse", "HEAD")
-  status = _git(root, "status", "--porcelain", "--untracked-files=no")
-  return {"commit": commit, "dirty": None if status is None or commit is None else bool(status)}
+  status = _git(root, "status", "--porcelain", "--untracked-files=all")
+  if status is None or commit is None:
+    return {"commit": commit, "dirty": None}
+  changed = [ln for ln in status.splitlines()
+             if (ln and not ln.startswith("??"))
+             or (ln.startswith("?? ") and ln.endswith(".py") and ln[3:].startswith(CODE_DIRS))]
+  return {"commit": commit, "dirty": bool(changed)}
 
 
 def versions() -> dict:
@@ -62,8 +72,9 @@ def record_start(workdir: str, root: str = ROOT) -> dict:
   """Appends this start-up's line to WORKDIR/code.jsonl (call on one process) and returns it."""
   line = {**code_version(root), "versions": versions(),
           "started": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
-  with open(os.path.join(workdir, CODE_FILE), "a") as f:
-    f.write(json.dumps(line, sort_keys=True) + "\n")
+  path = epath.Path(workdir) / CODE_FILE  # read and rewritten: a bucket object cannot append
+  prev = path.read_text() if path.exists() else ""
+  path.write_text(prev + json.dumps(line, sort_keys=True) + "\n")
   return line
 
 

@@ -85,7 +85,8 @@ class FakePrior:
 def test_prior_run_and_comparison_reject_bad_fields_naming_them():
   for kw, field in [(dict(workdir=""), "workdir"), (dict(config="configs/x.py"), "config"),
                     (dict(config="x.py"), "config"), (dict(module="agent_rl.export"), "module"),
-                    (dict(overrides={"sft.steps": 40}), "overrides")]:
+                    (dict(overrides={"sft.steps": 40}), "overrides"),
+                    (dict(workdir="gs://bucket/run"), "workdir")]:
     args = {"workdir": "runs/a", "config": "x", **kw}
     with pytest.raises(ValueError, match=f"PriorRun.{field}"):
       PriorRun(**args)
@@ -116,6 +117,20 @@ def test_needed_lists_what_the_arms_name_dependencies_first(row):
   assert [p.workdir for p in priors.needed(comp, [b], cdir)] == [w1, w2]
   b.tokenizer.path = w2 + "x/tokenizer.model"
   assert priors.needed(comp, [b], cdir) == []
+  # one run dir however it is spelled (relative to here or absolute)
+  assert paths.provided_by(os.path.abspath("runs/x/tokenizer.model"), ["runs/x"]) == "runs/x"
+  assert paths.provided_by("runs/x", [os.path.abspath("runs/x") + "/"]) is not None
+
+
+def test_a_cycle_of_priors_is_refused_naming_it(row, tmp_path):
+  cdir, rdir, w1, w2 = row
+  a, b = str(tmp_path / "a"), str(tmp_path / "b")
+  comp = Comparison(arms={"M": "", "B": "b"}, method="M", baselines=("B",), priors=(
+      PriorRun(a, "src", overrides={"model.init_from": b}),
+      PriorRun(b, "src", overrides={"model.init_from": a})))
+  arm = priors.build_config(comp.priors[0], cdir)
+  with pytest.raises(priors.PriorRunError, match=f"priors: {b} needs itself through {a}"):
+    priors.needed(comp, [arm], cdir)
 
 
 def test_the_row_builds_its_priors_once_before_the_arms(row):
@@ -128,7 +143,7 @@ def test_the_row_builds_its_priors_once_before_the_arms(row):
   rep.reproduce(pc, "tiny", 2, rdir, runner=arm_run, prior_runner=prior_run, echo=said.append)
   assert order[:2] == [w1, w2] and sorted(order[2:]) == ["B", "B", "M", "M"]
   assert any(s.startswith(f"start  prior {w1}: python -m agent_rl.train --config=") for s in said)
-  assert f"done   prior {w2} in 0 s" in said
+  assert any(s.startswith(f"done   prior {w2} in ") for s in said)
   # the second pass: the arms are done, nothing is built or run
   fp.calls.clear()
   arms.calls.clear()
@@ -166,14 +181,29 @@ def test_no_prior_is_built_when_no_arm_is_left(row):
   assert fp.calls == []
 
 
-def test_a_failed_prior_stops_the_row_before_any_arm_naming_its_log(row):
+def test_a_failed_prior_stops_only_the_arms_that_start_from_it(row):
   cdir, rdir, w1, w2 = row
   pc = rep.load("row", cdir)
-  fp, arms = FakePrior(cdir, fail=[w1]), FakeRun(pc)
-  with pytest.raises(priors.PriorRunError,
-                     match=f"prior run {w1} failed \\(exit status 3\\); see {w1}/reproduce.log"):
-    rep.reproduce(pc, "tiny", 1, rdir, runner=arms, prior_runner=fp, echo=lambda s: None)
-  assert fp.calls == [w1] and arms.calls == []
+  fp, arms, said = FakePrior(cdir, fail=[w2]), FakeRun(pc), []
+  row_, outcomes = rep.reproduce(pc, "tiny", 1, rdir, runner=arms, prior_runner=fp,
+                                 echo=said.append)
+  assert fp.calls == [w1, w2] and arms.calls == [("B", 0)]  # B starts from P1 only
+  (m,) = [o for o in outcomes if o.spec.arm == "M"]
+  assert m.state == "failed" and m.message == (
+      f"prior run {w2} failed (exit status 3); see {w2}/reproduce.log")
+  assert f"FAILED prior {w2}: {m.message}" in said and f"FAILED row/M/seed0: {m.message}" in said
+  assert row_.missing == (os.path.join(rdir, "row", "M", "seed0"),)
+
+
+def test_a_prior_whose_own_prior_failed_is_not_attempted(row):
+  cdir, rdir, w1, w2 = row
+  pc = rep.load("row", cdir)
+  fp, arms, said = FakePrior(cdir, fail=[w1]), FakeRun(pc), []
+  _, outcomes = rep.reproduce(pc, "tiny", 1, rdir, runner=arms, prior_runner=fp,
+                              echo=said.append)
+  assert fp.calls == [w1] and arms.calls == []  # P2 reads P1's tokenizer
+  assert [o.state for o in outcomes] == ["failed", "failed"]
+  assert f"FAILED prior {w2}: prior run {w2} not built: it starts from {w1}, which failed" in said
 
 
 def test_a_prior_dir_holding_another_recipe_is_refused_naming_the_field(row):
@@ -181,9 +211,14 @@ def test_a_prior_dir_holding_another_recipe_is_refused_naming_the_field(row):
   pc = rep.load("row", cdir)
   other = PriorRun(w1, "src", overrides={"train.iterations": "0", "sft.steps": "5"})
   FakePrior(cdir)(other, "configs/src.py")
-  with pytest.raises(runs.StaleRunError, match="sft.steps: 5 there, 2 here"):
-    rep.reproduce(pc, "tiny", 1, rdir, arms=["B"], runner=FakeRun(pc),
-                  prior_runner=FakePrior(cdir), echo=lambda s: None)
+  arms = FakeRun(pc)
+  _, (o,) = rep.reproduce(pc, "tiny", 1, rdir, arms=["B"], runner=arms,
+                          prior_runner=FakePrior(cdir), echo=lambda s: None)
+  assert o.state == "failed" and "sft.steps: 5 there, 2 here" in o.message and not arms.calls
+  assert "NOT RUNNABLE" in rep.list_rows("tiny", configs_dir=cdir, results_dir=rdir)
+  md = open(os.path.join(rdir, "row.md")).read()  # the row is still written, saying why
+  assert "not built where this row was written (not read here: " in md
+  assert "sft.steps: 5 there, 2 here" in md
 
 
 def test_a_prior_another_harness_is_building_is_waited_for(row):
@@ -231,9 +266,9 @@ def test_dry_run_and_list_name_the_priors_left(row, tmp_path):
 
 
 def test_every_run_dir_a_paper_row_starts_from_is_a_declared_prior():
-  """No row needs a recipe run by hand: every run dir its arms (at tiny) and its priors name
-  under runs/ is built by one of its priors, whose configs build; the recipes the config
-  docstrings quote are the priors' commands."""
+  """No row needs a recipe run by hand: every run dir its arms (at either scale) and its
+  priors name under runs/ is built by one of its priors, whose configs build; the recipes the
+  config docstrings quote are the priors' commands."""
   from agent_rl.train import world_defaults as wd
   seen = 0
   for pc in load_comparisons():
@@ -242,8 +277,8 @@ def test_every_run_dir_a_paper_row_starts_from_is_a_declared_prior():
       continue
     cdir = os.path.dirname(pc.path)
     dirs = [p.workdir for p in comp.priors]
-    configs = [runs.build_config(pc, runs.arm_arg("tiny", v), comp.overrides.items())
-               for v in comp.arms.values()]
+    configs = [runs.build_config(pc, runs.arm_arg(scale, v), comp.overrides.items())
+               for v in comp.arms.values() for scale in ("tiny", "full")]
     configs += [priors.build_config(p, cdir) for p in comp.priors]
     for c in configs:
       for field, path in paths.referenced_paths(c):
@@ -356,19 +391,42 @@ def test_the_row_records_what_its_arms_started_from(row):
   assert "not built where this row was written" in open(os.path.join(rdir, "row.md")).read()
 
 
-def test_a_tokenizer_path_the_run_resolved_is_its_recipe(row):
+def test_a_tokenizer_path_the_run_resolved_is_its_recipe(row, tmp_path):
   """A reward-model (or distilling) run saves the tokenizer it resolved from an empty
-  `tokenizer.path` (its policy run's): that is still its recipe; a path the recipe sets and
-  the run dir differs on is another run."""
+  `tokenizer.path` (its policy run's, pretrained.run_tokenizer_path: a file in that run, or the
+  one its config names): still its recipe. Any other path, or a filled path in a plain run (it
+  trains its own tokenizer), is another run, as is a path the recipe sets and the dir differs on."""
   cdir, rdir, w1, w2 = row
   p1, p2 = rep.load("row", cdir).comparison.priors
-  for p in (p1, p2):
+  rm = PriorRun(str(tmp_path / "rm"), "src", overrides={"train.iterations": "0",
+                                                         "rm.policy_run": w1})
+  teach = PriorRun(str(tmp_path / "opd"), "src", overrides={"train.iterations": "0",
+                                                             "distill.teacher": w2})
+  for p in (p1, p2, rm, teach):
     FakePrior(cdir)(p, "configs/src.py")
-  for w, path in ((w1, "runs/policy/tokenizer.model"), (w2, "runs/other/tokenizer.model")):
-    cfg = os.path.join(w, "config.json")
+
+  def saved_as(p, path):
+    cfg = os.path.join(p.workdir, "config.json")
     saved = json.load(open(cfg))
     saved["tokenizer"]["path"] = path
     json.dump(saved, open(cfg, "w"))
-  assert priors.state(p1, cdir) == ("done", 2)
-  with pytest.raises(runs.StaleRunError, match="tokenizer.path: 'runs/other/tokenizer.model'"):
-    priors.state(p2, cdir)
+  saved_as(rm, w1 + "/tokenizer.model")
+  assert priors.state(rm, cdir) == ("done", 2)
+  saved_as(teach, w1 + "/tokenizer.model")  # the teacher's config names P1's tokenizer
+  assert priors.state(teach, cdir) == ("done", 2)
+  for p, path in ((rm, "runs/other/tokenizer.model"), (p1, w1 + "/tokenizer.model"),
+                  (p2, "runs/other/tokenizer.model")):
+    saved_as(p, path)
+    with pytest.raises(runs.StaleRunError, match=f"tokenizer.path: '{path}' there"):
+      priors.state(p, cdir)
+
+
+def test_a_nan_evaluation_is_one_observation_not_one_per_pass(row):
+  cdir, rdir, w1, w2 = row
+  comp = rep.load("row", cdir).comparison
+  FakePrior(cdir)(comp.priors[0], "configs/src.py")
+  with open(os.path.join(w1, "metrics.jsonl"), "w") as f:
+    f.write('{"step": 2, "eval/rm_auc": NaN}\n')  # a PRM whose held-out labels are one class
+  first = priors.observations(comp, cdir)
+  again = priors.observations(comp, cdir, json.loads(json.dumps(first)))
+  assert len(again[0]["seen"]) == 1

@@ -136,12 +136,15 @@ def test_dpo_baseline_on_the_same_pairs(policy, tmp_path):
   c = _rm_config(policy, "dpo")
   c.loss.terms, c.loss.term_kwargs.dpo = "dpo", 1.0
   c.rm.steps, c.rm.eval_every, c.rm.batch_size, c.rm.lr = 40, 40, 8, 3e-4
+  c.rm.warmup_steps = 4  # so the logged lr has a shape to check
   m = train_preference_policy(c, str(tmp_path))
   assert m["before/eval/pref_accuracy"] == 0.5  # the reference itself: every margin is 0
   assert m["eval/pref_accuracy"] >= 0.7 and "eval/success" in m
   assert load_run_policy(str(tmp_path), 400, _place()).step == 40  # a policy run's checkpoint
   logged = [json.loads(ln) for ln in open(tmp_path / "metrics.jsonl") if ln.strip()]
-  assert [r["rm/lr"] for r in logged if r["step"] > 0] == [3e-4] * 40  # step 0: before training
+  # step t's update u = t - 1 (Hugging Face's warm-up: lr * u / 4 until u = 4); step 0: before
+  want = [3e-4 * min(1.0, (t - 1) / 4) for t in range(1, 41)]
+  assert [r["rm/lr"] for r in logged if r["step"] > 0] == pytest.approx(want, rel=1e-6)
 
 
 def _place():

@@ -34,7 +34,13 @@ def test_commit_and_dirty_flag_match_git(repo):
   head = _git(repo, "rev-parse", "HEAD")
   assert provenance.code_version(str(repo)) == {"commit": head, "dirty": False}
   (repo / "notes.txt").write_text("untracked\n")  # an untracked file is not a code change
+  (repo / "runs").mkdir()
+  (repo / "runs" / "x.py").write_text("z = 0\n")  # nor a .py file outside the code dirs
   assert provenance.code_version(str(repo)) == {"commit": head, "dirty": False}
+  (repo / "configs").mkdir()
+  (repo / "configs" / "new_paper.py").write_text("z = 0\n")  # a new config a run may load
+  assert provenance.code_version(str(repo)) == {"commit": head, "dirty": True}
+  (repo / "configs" / "new_paper.py").unlink()
   (repo / "a.py").write_text("x = 2\n")
   assert provenance.code_version(str(repo)) == {"commit": head, "dirty": True}
   _git(repo, "commit", "-q", "-am", "two")

@@ -52,8 +52,8 @@ class PriorRun:
   def __post_init__(self):
     def bad(field, msg):
       raise ValueError(f"PriorRun.{field}: {msg}")
-    if not isinstance(self.workdir, str) or not self.workdir.strip("/. "):
-      bad("workdir", f"a run directory, got {self.workdir!r}")
+    if not isinstance(self.workdir, str) or not self.workdir.strip("/. ") or "://" in self.workdir:
+      bad("workdir", f"a local run directory (the harness builds it here), got {self.workdir!r}")
     if not isinstance(self.config, str) or not self.config or "/" in self.config \
         or self.config.endswith(".py"):
       bad("config", f"a config name under configs/ (e.g. 'ragen_sokoban'), got {self.config!r}")

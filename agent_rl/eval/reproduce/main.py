@@ -35,11 +35,15 @@ def list_rows(scale: str = "tiny", overrides: Sequence[tuple[str, str]] = (),
       why = runs.arm_problem(pc, scale, arm, overrides)
       arg = runs.arm_arg(scale, variant)
       done = record.recorded_seeds(rec, arm, scale, overrides)
+      first = []
+      if why is None:
+        try:
+          first = [p.workdir for p in _pending_priors(pc, [arg], overrides)]
+        except ValueError as e:  # a prior's run dir holds another recipe
+          why = str(e)
       state = "runnable" if why is None else f"NOT RUNNABLE: {why}"
-      if why is None and comp.priors:
-        todo = _pending_priors(pc, [runs.arm_arg(scale, variant)], overrides)
-        if todo:
-          state += f" (builds {', '.join(p.workdir for p in todo)} first)"
+      if first:
+        state += f" (builds {', '.join(first)} first)"
       if done:
         state = f"recorded (seeds {','.join(map(str, done))}); {state}"
       lines.append(f"  {arm:<12} :{arg:<28} {state}")
@@ -116,8 +120,8 @@ def reproduce(pc: PaperConfig, scale: str, seeds: int, results_dir: str, overrid
       if why:
         raise ValueError(f"{pc.name}/{arm} cannot run: {why}")
   def build_priors(configs):
-    priors.build_all(pc.comparison, configs, os.path.dirname(pc.path),
-                     prior_runner or priors.subprocess_prior, echo)
+    return priors.build_all(pc.comparison, configs, os.path.dirname(pc.path),
+                            prior_runner or priors.subprocess_prior, echo)
 
   outcomes = (runs.execute(pc, specs, runner or runs.subprocess_runner, jobs, echo, recorded,
                            build_priors) if run else [])

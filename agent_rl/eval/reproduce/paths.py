@@ -25,10 +25,11 @@ def referenced_paths(c) -> list[tuple[str, str]]:
 
 
 def provided_by(path: str, workdirs: Sequence[str]) -> Optional[str]:
-  """The workdir among `workdirs` that `path` is (or is inside), else None."""
-  norm = os.path.normpath(path)
+  """The workdir among `workdirs` (as given) that `path` is or is inside, comparing absolute
+  paths (`runs/x` and `$PWD/runs/x` are one run), else None."""
+  norm = os.path.abspath(path)
   for w in workdirs:
-    w = os.path.normpath(w)
-    if norm == w or norm.startswith(w + os.sep):
+    a = os.path.abspath(w)
+    if norm == a or norm.startswith(a.rstrip(os.sep) + os.sep):
       return w
   return None

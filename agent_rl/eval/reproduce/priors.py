@@ -3,8 +3,8 @@ run of the world rows, Hera's two workers, prm_sokoban's reward model), built by
 harness before the first arm that needs one, so a row reproduces from a clean checkout with
 one command.
 
-    for p in priors.needed(comp, arm_configs, configs_dir):   # dependencies first
-      priors.build(p, configs_dir)  # skipped when finished; waits while another harness has it
+    why = priors.build_all(comp, arm_configs, configs_dir)   # dependencies first; skipped when
+    # finished, waited for while another harness builds one; why[i]: arm i cannot run, or None
 
 Which priors an arm needs is read off its built config (`paths.referenced_paths`:
 `model.init_from`, `tokenizer.path`, `distill.teacher`, `reward.model`, `agents.init`, ...),
@@ -13,12 +13,14 @@ runs/hera_device's tokenizer; runs/prm_sft40 scores runs/sokoban_sft40's rollout
 dependency is declared twice. A prior is done when the checkpoint of its last step and its
 metrics are there (`runs.status`; the last step is `sft.steps + train.iterations`, or `rm.steps`
 for a reward model); a workdir holding another recipe is refused naming the fields, as an
-arm's is. The recipes run on today's code: a policy run built here need not be bit for bit the
-one a row's recorded runs started from (training code changes move the bits), which is why a
-row's record is read as it was measured and new arms are flagged in the log.
+arm's is. A prior that fails stops the arms that start from it, not the others.
+The recipes run on today's code: a policy run built here need not be bit for bit the one a
+row's recorded runs started from (training code changes move the bits), so the row records
+each prior's final evaluation (`observations`) and lists a rebuilt one that differs beside it.
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Callable, Optional, Sequence
@@ -55,9 +57,12 @@ def build_config(p: PriorRun, configs_dir: str):
   pc = load_config(p.config, configs_dir)
   if pc.module is None:
     raise PriorRunError(f"prior run {p.workdir}: configs/{p.config}.py: {pc.reason}")
-  c = pc.module.get_config(p.arg)
-  for k, v in p.overrides.items():
-    runs.apply_override(c, k, v)
+  try:
+    c = pc.module.get_config(p.arg)
+    for k, v in p.overrides.items():
+      runs.apply_override(c, k, v)
+  except Exception as e:  # a bad arg or override of the declaration
+    raise PriorRunError(f"prior run {p.workdir}: {type(e).__name__}: {e}") from e
   return c
 
 
@@ -120,17 +125,23 @@ def summary(p: PriorRun, configs_dir: str) -> Optional[dict]:
 
 
 def observations(comp: Comparison, configs_dir: str, recorded: Sequence[dict] = ()) -> tuple:
-  """Per declared prior: {workdir, command, seen: its summaries}, the record's (`recorded`, the
-  row JSON's "priors") first, then this machine's where it differs (a prior built again on other
-  code is a sibling, not the same run: both are kept)."""
+  """Per declared prior: {workdir, command, seen: its summaries, note}, the record's
+  (`recorded`, the row JSON's "priors") first, then this machine's where it differs (a prior
+  built again on other code is a sibling, not the same run: both are kept). `note`: why this
+  machine's run dir was not read (it holds another recipe), else ""."""
   old = {r["workdir"]: r for r in recorded}
   out = []
   for p in comp.priors:
     seen = list(old.get(p.workdir, {}).get("seen", ()))
-    now = summary(p, configs_dir)
-    if now is not None and now not in seen:
+    note = ""
+    try:
+      now = summary(p, configs_dir)
+    except ValueError as e:  # another recipe's run dir: the row is still written
+      now, note = None, str(e)
+    key = lambda o: json.dumps(o, sort_keys=True)  # noqa: E731 (NaN != NaN, "NaN" == "NaN")
+    if now is not None and key(now) not in {key(o) for o in seen}:
       seen.append(now)
-    out.append({"workdir": p.workdir, "command": p.command(), "seen": seen})
+    out.append({"workdir": p.workdir, "command": p.command(), "seen": seen, "note": note})
   return tuple(out)
 
 
@@ -178,9 +189,29 @@ def build(p: PriorRun, configs_dir: str, provided: Sequence[str] = (),
 
 def build_all(comp: Comparison, configs: Sequence, configs_dir: str,
               runner: PriorRunner = subprocess_prior, echo: Callable[[str], None] = print,
-              poll_s: float = 30.0) -> None:
-  """Every prior the built arm `configs` need, dependencies first (`needed`, `build`)."""
+              poll_s: float = 30.0) -> list[Optional[str]]:
+  """Builds every prior the built arm `configs` need, dependencies first (`needed`, `build`),
+  then checks each arm again now that its priors exist (`runs.problem`: validation stops at a
+  missing prior, so the checks after it run only now). Returns, per config, why that arm
+  cannot run (a prior of its failed or was not built because one of its own failed; its own
+  config), or None. A failure stops only the arms that need it."""
+  failed: dict[str, str] = {}
   built: list[str] = []
   for p in needed(comp, configs, configs_dir):
-    build(p, configs_dir, built, runner, echo, poll_s)
-    built.append(p.workdir)
+    try:
+      deps = [d.workdir for d in needed(comp, [build_config(p, configs_dir)], configs_dir)]
+      bad = [d for d in deps if d in failed]
+      if bad:
+        raise PriorRunError(f"prior run {p.workdir} not built: it starts from {bad[0]}, "
+                            "which failed")
+      build(p, configs_dir, built, runner, echo, poll_s)
+      built.append(p.workdir)
+    except ValueError as e:  # PriorRunError, a run dir of another recipe (runs.StaleRunError)
+      failed[p.workdir] = str(e)
+      echo(f"FAILED prior {p.workdir}: {e}")
+  out = []
+  for c in configs:
+    mine = [p.workdir for p in needed(comp, [c], configs_dir)]
+    why = next((failed[w] for w in mine if w in failed), None)
+    out.append(why or runs.problem(c))
+  return out

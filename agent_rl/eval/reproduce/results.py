@@ -185,7 +185,8 @@ def row_markdown(row: RowResult) -> str:
     seen = "; another build of it: ".join(
         f"step {o['step']}, " + ", ".join(f"{k} {v:.3f}" for k, v in o["final"].items())
         for o in p["seen"]) or "not built where this row was written"
-    lines.append(f"- started from `{p['workdir']}` (`{p['command']}`): {seen}")
+    note = f" (not read here: {p['note']})" if p.get("note") else ""
+    lines.append(f"- started from `{p['workdir']}` (`{p['command']}`): {seen}{note}")
   recorded = [r for a in row.arms for r in a.runs if r.recorded]
   if recorded:
     unkept = sum(r.config is None for r in recorded)

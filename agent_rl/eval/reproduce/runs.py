@@ -205,13 +205,29 @@ def config_differences(saved: dict, want: dict) -> list[str]:
 def differences(c, saved: dict) -> list[str]:
   """config_differences between a saved run's config (nested, as config.json, or flat) and
   the built config `c`."""
-  want = _flat(json.loads(c.to_json_best_effort()))
-  if "tokenizer.path" in want and not want["tokenizer.path"]:
+  want, saved = _flat(json.loads(c.to_json_best_effort())), _flat(saved)
+  got = saved.get("tokenizer.path")
+  sources = [want[k] for k in ("distill.teacher", "rm.policy_run", "model.init_from")
+             if want.get(k)]
+  if "tokenizer.path" in want and not want["tokenizer.path"] and got and _resolved(got, sources):
     # An empty path is resolved at start-up and saved resolved: a distilling run takes its
     # teacher's tokenizer (train/run.py), a reward-model run its policy run's
-    # (reward/train.py _resolve_tokenizer); a plain run trains its own and saves "".
+    # (reward/train.py _resolve_tokenizer). Another path is another run.
     want.pop("tokenizer.path")
-  return config_differences(_flat(saved), want)
+  return config_differences(saved, want)
+
+
+def _resolved(path: str, sources: Sequence[str]) -> bool:
+  """`path` is the tokenizer of one of the `sources` run dirs (pretrained.run_tokenizer_path:
+  a file in it, or the one its config.json names)."""
+  for src in sources:
+    if provided_by(path, [src]):
+      return True
+    saved = _saved_config(src) if os.path.isdir(src) else None
+    if saved and saved.get("tokenizer.path") and (
+        os.path.normpath(saved["tokenizer.path"]) == os.path.normpath(path)):
+      return True
+  return False
 
 
 def check_same_config(c, workdir: str) -> None:
@@ -325,12 +341,14 @@ def subprocess_runner(spec: RunSpec) -> int:
 def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subprocess_runner,
             jobs: int = 1, echo: Callable[[str], None] = print,
             recorded: Recorded = no_record,
-            before: Callable[[list], None] = lambda todo: None) -> list[Outcome]:
+            before: Callable[[list], Sequence[Optional[str]]] = lambda todo: [None] * len(todo)
+            ) -> list[Outcome]:
   """Runs every spec not yet done, `jobs` at a time; a failed run is reported, not raised
   (the other runs go on). Refuses up front (StaleRunError) a workdir of another config.
   `recorded(c, spec)`: the committed record's run of an empty workdir (record.lookup), which
   is done too. `before(todo)`: called with the built configs of the runs left, when there are
-  any, before the first of them starts (the row's prior runs, priors.build_all)."""
+  any, before the first of them starts (the row's prior runs, priors.build_all); it returns
+  per run why it cannot run (that run is reported failed and the others go on) or None."""
   if jobs < 1:
     raise ValueError(f"--jobs: at least 1, got {jobs}")
   todo, out = [], []
@@ -357,7 +375,12 @@ def execute(pc: PaperConfig, specs: Sequence[RunSpec], runner: Runner = subproce
            + (f" (resumes from step {step})" if state == "resume" else ""))
 
   if todo:
-    before([build_config(pc, s.arg, s.overrides) for s in todo])
+    why = before([build_config(pc, s.arg, s.overrides) for s in todo])
+    for s, w in zip(todo, why):
+      if w:
+        out.append(Outcome(s, "failed", 0.0, w))
+        echo(f"FAILED {s.name}: {w}")
+    todo = [s for s, w in zip(todo, why) if not w]
 
   def one(s: RunSpec) -> Outcome:
     held = claim(s.workdir)
