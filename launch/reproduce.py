@@ -75,12 +75,12 @@ def _main(argv):
       print(f"# skipped {name}: {why}", file=sys.stderr if _DRY.value else sys.stdout)
   else:
     papers = [rep.load(_PAPER.value)]
+  if _DRY.value:
+    print("\n".join(rep.dry_run_rows(papers, _SCALE.value, _SEEDS.value, results_dir, overrides,
+                                     _ARMS.value, _LAUNCHER.value)))
+    return 0
   failed = 0
   for pc in papers:
-    if _DRY.value:
-      print("\n".join(rep.dry_run(pc, _SCALE.value, _SEEDS.value, results_dir, overrides,
-                                  _ARMS.value, _LAUNCHER.value)))
-      continue
     _, outcomes = rep.reproduce(pc, _SCALE.value, _SEEDS.value, results_dir, overrides,
                                 _ARMS.value, _JOBS.value, run=not _COLLECT.value)
     failed += sum(o.state == "failed" for o in outcomes)

@@ -265,6 +265,18 @@ def test_dry_run_and_list_name_the_priors_left(row, tmp_path):
                                                          results_dir=rdir)
 
 
+def test_rows_sharing_a_prior_print_it_once(row):
+  cdir, rdir, w1, w2 = row
+  with open(os.path.join(cdir, "row2.py"), "w") as f:  # B's twin: P1 only
+    f.write(open(os.path.join(cdir, "row.py")).read().replace("priors=(P1, P2)", "priors=(P1,)")
+            .replace("c.model.init_from = W1 if args[\"grpo\"] else W2", "c.model.init_from = W1"))
+  pcs = [rep.load(n, cdir) for n in ("row", "row2")]
+  lines = rep.dry_run_rows(pcs, "tiny", 1, rdir)
+  assert [ln.split(" --workdir=")[1].split()[0] for ln in lines if not ln.startswith("#")] == [
+      w1, w2, *(os.path.join(rdir, n, a, "seed0") for n in ("row", "row2") for a in ("M", "B"))]
+  assert sum(ln.startswith("#") for ln in lines) == 1 and lines[2].startswith("#")
+
+
 def test_every_run_dir_a_paper_row_starts_from_is_a_declared_prior():
   """No row needs a recipe run by hand: every run dir its arms (at either scale) and its
   priors name under runs/ is built by one of its priors, whose configs build; the recipes the

@@ -83,6 +83,20 @@ def dry_run(pc: PaperConfig, scale: str, seeds: int, results_dir: str, overrides
   return first + [s.command(prefix) for s in specs]
 
 
+def dry_run_rows(pcs: Sequence[PaperConfig], scale: str, seeds: int, results_dir: str,
+                 overrides=(), arms: Sequence[str] = (), launcher: str = "") -> list[str]:
+  """`dry_run` of each row in turn (--all); a prior several rows share is printed once, before
+  the first row that needs it."""
+  out, printed = [], set()
+  for pc in pcs:
+    lines = dry_run(pc, scale, seeds, results_dir, overrides, arms, launcher)
+    k = next((i for i, ln in enumerate(lines) if ln.startswith("#")), -1)  # priors above it
+    new = [ln for ln in lines[:max(k, 0)] if ln not in printed]
+    out += new + lines[k:k + 1] * bool(new) + lines[k + 1:]
+    printed.update(new)
+  return out
+
+
 def _pending_priors(pc: PaperConfig, args: Sequence[str], overrides=()) -> list:
   """The row's prior runs that the arms of config args `args` need and that are not finished."""
   comp = pc.comparison
