@@ -181,12 +181,20 @@ def test_no_prior_is_built_when_no_arm_is_left(row):
   assert fp.calls == []
 
 
-def test_a_failed_prior_stops_only_the_arms_that_start_from_it(row):
-  cdir, rdir, w1, w2 = row
+def _with_failing_prior(row, failing):
+  """The toy row run with the prior in `failing` exiting 3: (prior runner, arm runner, what the
+  harness said, the row, its outcomes)."""
+  cdir, rdir, _, _ = row
   pc = rep.load("row", cdir)
-  fp, arms, said = FakePrior(cdir, fail=[w2]), FakeRun(pc), []
+  fp, arms, said = FakePrior(cdir, fail=[failing]), FakeRun(pc), []
   row_, outcomes = rep.reproduce(pc, "tiny", 1, rdir, runner=arms, prior_runner=fp,
                                  echo=said.append)
+  return fp, arms, said, row_, outcomes
+
+
+def test_a_failed_prior_stops_only_the_arms_that_start_from_it(row):
+  cdir, rdir, w1, w2 = row
+  fp, arms, said, row_, outcomes = _with_failing_prior(row, w2)
   assert fp.calls == [w1, w2] and arms.calls == [("B", 0)]  # B starts from P1 only
   (m,) = [o for o in outcomes if o.spec.arm == "M"]
   assert m.state == "failed" and m.message == (
@@ -196,11 +204,8 @@ def test_a_failed_prior_stops_only_the_arms_that_start_from_it(row):
 
 
 def test_a_prior_whose_own_prior_failed_is_not_attempted(row):
-  cdir, rdir, w1, w2 = row
-  pc = rep.load("row", cdir)
-  fp, arms, said = FakePrior(cdir, fail=[w1]), FakeRun(pc), []
-  _, outcomes = rep.reproduce(pc, "tiny", 1, rdir, runner=arms, prior_runner=fp,
-                              echo=said.append)
+  _, _, w1, w2 = row
+  fp, arms, said, _, outcomes = _with_failing_prior(row, w1)
   assert fp.calls == [w1] and arms.calls == []  # P2 reads P1's tokenizer
   assert [o.state for o in outcomes] == ["failed", "failed"]
   assert f"FAILED prior {w2}: prior run {w2} not built: it starts from {w1}, which failed" in said
