@@ -38,9 +38,14 @@ GRPO / RLOO does not show at this size (the tiny policy's success floor, above).
 SFT policy (in two seeds of three: held-out reward -0.275, -0.600, -0.005; rollout reward -0.25
 -> -0.37), as on TextHouse: its critic starts from scratch on the policy's trunk (value loss
 0.5-1.0 at the first iteration, 0.06-0.11 at the last), so the early advantages carry the
-critic's error; `train.critic_warmup` is the lever we named: the `PPO warm-up` arm (`ppo_warmup`,
-5 critic-only iterations first) is declared and not measured here (3 seeds: ~2 h); on TextHouse
-at 3 seeds it keeps PPO's entropy, not the SFT policy's successes (configs/gigpo_texthouse.py).
+critic's error. `train.critic_warmup`, the lever we named, does not keep it either (`PPO
+warm-up` arm, `ppo_warmup`: 5 critic-only iterations, then the same 20 PPO iterations; 3 seeds,
+2026-12-07): held-out reward -0.273 [-0.994, 0.447] (per seed -0.175, -0.600, -0.045; PPO's
+-0.275, -0.600, -0.005: +0.020 [-0.647, +0.687] over PPO), success 0.010 (one task of 32 in
+one seed); rollout reward falls in all three seeds (-0.19..-0.30 -> -0.27..-0.59). Five
+critic-only iterations move the value loss little (0.52 -> 0.49, 0.99 -> 0.83, 1.00 -> 0.86;
+0.06-0.11 at the last iteration), so PPO still starts from a critic it has barely fit, as on
+TextHouse (configs/gigpo_texthouse.py). ~55 min a run alone here, 80 min beside two others.
 """
 from agent_rl.eval.reproduce import Comparison
 from agent_rl.train.config import scaled_config
