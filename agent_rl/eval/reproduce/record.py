@@ -21,7 +21,8 @@ from typing import Optional, Sequence
 
 from etils import epath
 
-from agent_rl.eval.reproduce.runs import RunSpec, StaleRunError, differences
+from agent_rl.eval.reproduce.runs import RunSpec
+from agent_rl.eval.reproduce.same_config import StaleRunError, differences
 
 Record = dict  # (arm, seed) -> the run's dict in <paper>.json, plus "_row": its scale, overrides
 
