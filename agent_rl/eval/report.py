@@ -8,6 +8,7 @@ import os
 from etils import epath
 
 from agent_rl.metrics.sinks import EPISODES_FILE, METRICS_FILE, read_jsonl
+from agent_rl.train.provenance import code_line
 
 CURVES = (("eval/success", "held-out success (eval)"), ("rollout/success", "train success"),
           ("rollout/reward", "train reward"))
@@ -89,6 +90,9 @@ def write_report(workdir) -> tuple[str, str]:
     xs, ys = _series(recs, key)
     if xs:
       lines.append(f"- {key}: first {ys[0]:.4g}, last {ys[-1]:.4g} ({len(xs)} points)")
+  code = code_line(workdir)
+  if code:
+    lines.append(f"- {code}")
   lines += ["", "![learning curve](report.png)", ""]
   ep = wd / EPISODES_FILE
   if ep.exists():

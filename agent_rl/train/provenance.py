@@ -78,20 +78,36 @@ def record_start(workdir: str, root: str = ROOT) -> dict:
   return line
 
 
+def _starts(workdir: str) -> list[dict]:
+  """The run's start-up lines, oldest first ([] without code.jsonl)."""
+  path = epath.Path(workdir) / CODE_FILE
+  if not path.exists():
+    return []
+  return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def code_line(workdir: str) -> Optional[str]:
+  """report.md's line on the code: the commits (read_commits), how many start-ups, and the
+  last start-up's package versions; None for a run without code.jsonl."""
+  starts = _starts(workdir)
+  if not starts:
+    return None
+  v = starts[-1].get("versions", {})
+  pkgs = ", ".join(f"{k} {v[k]}" for k in ("python", *PACKAGES) if v.get(k))
+  n = len(starts)
+  return (f"code: {', '.join(read_commits(workdir))} ({n} start-up{'s' if n > 1 else ''}; "
+          f"last with {pkgs})")
+
+
 def read_commits(workdir: str) -> tuple[str, ...]:
   """The distinct commits a run's start-ups report, in order: the short hash with "+dirty"
   where tracked files had changes, "unknown" outside a checkout; () when the run kept none
   (a run from before 2026-12-07). `workdir` may be a bucket path (gs://)."""
-  path = epath.Path(workdir) / CODE_FILE
-  if not path.exists():
-    return ()
   out = []
-  for ln in path.read_text().splitlines():
-    if ln.strip():
-      r = json.loads(ln)
-      c = "unknown"
-      if r.get("commit"):
-        c = r["commit"][:10] + ("+dirty" if r.get("dirty") else "")
-      if c not in out:
-        out.append(c)
+  for r in _starts(workdir):
+    c = "unknown"
+    if r.get("commit"):
+      c = r["commit"][:10] + ("+dirty" if r.get("dirty") else "")
+    if c not in out:
+      out.append(c)
   return tuple(out)

@@ -57,3 +57,17 @@ def test_report_cli_prints_the_markdown(tmp_path, capsys):
   assert "## Sampled episodes" in out and f"wrote {tmp_path}/report.png" in out
   with pytest.raises(SystemExit, match="usage"):
     main(["agent_rl.train.report"])
+
+
+def test_report_names_the_code_that_trained_the_run(tmp_path):
+  import json
+  fill(tmp_path)
+  _, md = write_report(tmp_path)
+  assert "- code:" not in open(md).read()  # a run from before code.jsonl: no line
+  versions = {"python": "3.11.9", "jax": "0.10.2", "flax": "0.12.0", "numpy": None}
+  starts = [{"commit": "a" * 40, "dirty": False, "versions": {**versions, "jax": "0.10.1"}},
+            {"commit": "b" * 40, "dirty": True, "versions": versions}]
+  (tmp_path / "code.jsonl").write_text("".join(json.dumps(s) + "\n" for s in starts))
+  _, md = write_report(tmp_path)
+  assert ("- code: aaaaaaaaaa, bbbbbbbbbb+dirty (2 start-ups; last with python 3.11.9, "
+          "jax 0.10.2, flax 0.12.0)\n") in open(md).read()

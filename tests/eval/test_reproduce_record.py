@@ -100,7 +100,8 @@ def test_a_record_without_configs_is_matched_by_scale_and_overrides_and_flagged(
   row, _ = rep.reproduce(pc, "tiny", 1, rdir, runner=fake, echo=lambda s: None)
   assert fake.calls == [] and row.arms[0].stats["eval/success"].values == (VALUES["M"][0],)
   assert "2 of them recorded before configs were kept" in open(os.path.join(rdir, "toy.md")).read()
-  with pytest.raises(runs.StaleRunError, match=r"recorded at .*'tiny'.*train.iterations"):
+  with pytest.raises(runs.StaleRunError, match=r"recorded at .*'tiny'.*train.iterations.*"
+                     r"remove the row's .json .* or use another --results_dir"):
     rep.reproduce(pc, "tiny", 1, rdir, [("train.iterations", "7")], runner=fake,
                   echo=lambda s: None)
 

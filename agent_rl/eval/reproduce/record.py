@@ -66,6 +66,11 @@ def seeds(record: Record) -> int:
   return 1 + max((seed for _, seed in record), default=-1)
 
 
+# What to do when the row's record holds a run of other settings (both StaleRunErrors below).
+REMEDY = ("remove the row's .json (git rm) to train it again, or use another --results_dir "
+          "(a smoke run: a scratch one)")
+
+
 def lookup(record: Record, c, spec: RunSpec, scale: str,
            overrides: Sequence[tuple[str, str]]) -> Optional[dict]:
   """The recorded run of `spec` (its arm and seed) if the record has one (None otherwise), with
@@ -79,10 +84,9 @@ def lookup(record: Record, c, spec: RunSpec, scale: str,
   if rec.get("config") is not None:
     bad = differences(c, rec["config"])
     if bad:
-      raise StaleRunError(f"{where}: a run of another config ({', '.join(bad[:6])}); remove "
-                          "the row's .json (git rm) to train it again, or use another "
-                          "--results_dir")
+      raise StaleRunError(f"{where}: a run of another config ({', '.join(bad[:6])}); "
+                          + REMEDY)
   elif rec["_row"] != row_meta(scale, overrides):
     raise StaleRunError(f"{where}: recorded at {rec['_row']}, requested scale={scale!r} "
-                        f"overrides={row_meta(scale, overrides)['overrides']}")
+                        f"overrides={row_meta(scale, overrides)['overrides']}; " + REMEDY)
   return {**rec, "workdir": spec.workdir}
