@@ -5,7 +5,8 @@ writes RESULTS_DIR/<paper>.json, .md and .png (agent_rl/eval/reproduce).
   python launch/reproduce.py --list                        # every row; which arms can run
   python launch/reproduce.py --paper=gigpo_texthouse --scale=tiny --seeds=3 [--jobs=2]
   python launch/reproduce.py --all --seeds=3               # every runnable row
-  python launch/reproduce.py --paper=gigpo_texthouse --iterations=2 --set=sft.steps=5  # smoke
+  python launch/reproduce.py --paper=gigpo_texthouse --iterations=2 --set=sft.steps=5 \
+      --results_dir=/tmp/smoke   # smoke (a scratch dir: the committed row refuses other settings)
   python launch/reproduce.py --paper=gigpo_texthouse --dry-run   # one train command per run
   python launch/reproduce.py --paper=gigpo_texthouse --scale=full --dry-run \
       --launcher="sbatch launch/slurm_gpu.sbatch" | bash       # one SLURM job per run
