@@ -18,6 +18,9 @@ the rows): 89 -> 70 ms per layer of the benchmark model, and 3-6% off the whole 
 """
 from __future__ import annotations
 
+import dataclasses
+from typing import Callable, Optional
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -42,6 +45,65 @@ def _chunk_bounds(length: int, chunks: int) -> list[tuple[int, int]]:
 def mask_to_bias(mask: jax.Array) -> jax.Array:
   """bool mask (True = attend) -> float32 additive bias (0 or MASK_BIAS)."""
   return jnp.where(mask, 0.0, MASK_BIAS).astype(jnp.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockMask:
+  """Who sees what in a cached block (`Attention.cached`), kept in its factors: query i of
+  row b sees cache slot s iff s is valid, s <= q_slot[b, i] (causal) and, on a sliding layer,
+  q_pos[b, i] - k_pos[b, s] < window. The caller's bias used to be built whole, [B, L, S]
+  floats: a rollout prefills its whole window every turn, and at 256 episodes x a 4,400-token
+  window that is 20 GB, as large as a head's scores; `bias` builds one query chunk's.
+
+  q_slot: [B, Q] int32; valid: [B, S] bool; q_pos: [B, Q] int32 and k_pos: [B, S] int32
+  (sliding layers only, else None); window: W of a sliding layer, else None.
+  """
+  q_slot: jax.Array
+  valid: jax.Array
+  q_pos: Optional[jax.Array] = None
+  k_pos: Optional[jax.Array] = None
+  window: Optional[int] = None
+
+  def rows(self, rows: jax.Array) -> "BlockMask":
+    """The mask of one query per batch row, rows [B] int32 (a block read at its last row)."""
+    take = lambda a: None if a is None else jnp.take_along_axis(a, rows[:, None], axis=1)
+    return dataclasses.replace(self, q_slot=take(self.q_slot), q_pos=take(self.q_pos))
+
+  def bias(self, q_slot: jax.Array, q_pos: Optional[jax.Array]) -> jax.Array:
+    """Additive bias [B, 1, 1, C, S] of the queries at q_slot [B, C] (positions q_pos)."""
+    slots = jnp.arange(self.valid.shape[1], dtype=jnp.int32)
+    m = self.valid[:, None, :] & (slots[None, None, :] <= q_slot[:, :, None])
+    if self.window is not None:
+      m = m & (q_pos[:, :, None] - self.k_pos[:, None, :] < self.window)
+    return mask_to_bias(m)[:, None, None]
+
+
+def in_query_chunks(f: Callable, chunk: int, q: jax.Array, *per_query) -> jax.Array:
+  """f(q, *per_query) computed `chunk` queries at a time: q [B, L, ...] and each per_query
+  array [B, L, ...] (or None) are cut on axis 1, the outputs [B, c, ...] joined on it.
+
+  One chunk after another (`lax.map`, a loop), so only one chunk's [B, heads, c, S] scores
+  and bias are alive: the memory of a block's attention is bounded by `chunk`, not by its
+  length. L <= chunk (or chunk <= 0) is one call, the unchunked program. The n = ceil(L /
+  chunk) chunks are of equal size ceil(L / n) <= chunk (1,093 queries at 256: 5 x 219, not
+  5 x 256), the last padded with queries whose rows are dropped; every query row is computed
+  alone (softmax over its own keys), so chunking changes no value (tested).
+  """
+  l = q.shape[1]
+  if chunk <= 0 or l <= chunk:
+    return f(q, *per_query)
+  n = -(-l // chunk)
+  chunk = -(-l // n)
+
+  def split(a):
+    if a is None:
+      return None
+    a = jnp.pad(a, [(0, 0), (0, n * chunk - l)] + [(0, 0)] * (a.ndim - 2))
+    return jnp.moveaxis(a.reshape(a.shape[0], n, chunk, *a.shape[2:]), 1, 0)
+
+  ys = jax.lax.map(lambda xs: f(*xs), (split(q), *(split(a) for a in per_query)))
+  ys = jnp.moveaxis(ys, 0, 1)  # [B, n, c, ...]
+  return ys.reshape(ys.shape[0], n * chunk, *ys.shape[3:])[:, :l]
 
 
 def _softmax(scores: jax.Array, bias: jax.Array) -> jax.Array:
@@ -137,6 +199,7 @@ class Attention(nnx.Module):
     pd = cfg.params_dtype
     self.num_heads, self.num_kv_heads, self.head_dim = h, kvh, d
     self.dtype = cfg.compute_dtype
+    self.prefill_chunk = cfg.prefill_chunk
     self.q = make_param(rngs, dense_init(e), (e, h, d), ("embed", "heads", "head_dim"), pd)
     self.k = make_param(rngs, dense_init(e), (e, kvh, d), ("embed", "kv_heads", "head_dim"), pd)
     self.v = make_param(rngs, dense_init(e), (e, kvh, d), ("embed", "kv_heads", "head_dim"), pd)
@@ -241,26 +304,32 @@ class Attention(nnx.Module):
     y = attention_core(q, k, v, bias[:, :, :, None, :])
     return self._out(y.transpose(0, 2, 1, 3, 4).reshape(batch * kq, kvh * g, d))
 
-  def cached(self, x, cos, sin, k_cache, v_cache, index, bias, rows=None):
+  def cached(self, x, cos, sin, k_cache, v_cache, index, mask: BlockMask, rows=None):
     """Block of L tokens written at slot `index`.
 
-    x: [B,L,E]; k_cache [B,KVH,D,S]; v_cache [B,KVH,S,D]; bias [B,1,1,L,S].
+    x: [B,L,E]; k_cache [B,KVH,D,S]; v_cache [B,KVH,S,D]; mask: the block's BlockMask.
     rows: optional [B] int32, the one query row per batch row whose output is needed.
     Returns y [B,L,E] ([B,1,E] with rows) and the updated caches (all L rows written).
+    Queries are attended `prefill_chunk` at a time (in_query_chunks): a window prefilled
+    whole costs [B, heads, chunk, S] scores, not [B, heads, L, S].
     """
     q, k, v = self._qkv(x, cos, sin)
     if rows is not None:
       q = jnp.take_along_axis(q, rows[:, None, None, None, None], axis=1)
-      bias = jnp.take_along_axis(bias, rows[:, None, None, None, None], axis=3)
+      mask = mask.rows(rows)
     zero = jnp.zeros((), jnp.int32)
     k_cache = jax.lax.dynamic_update_slice(
         k_cache, jnp.transpose(k, (0, 2, 3, 1)).astype(k_cache.dtype), (zero, zero, zero, index))
     v_cache = jax.lax.dynamic_update_slice(
         v_cache, jnp.transpose(v, (0, 2, 1, 3)).astype(v_cache.dtype), (zero, zero, index, zero))
     kc, vc = k_cache.astype(self.dtype), v_cache.astype(self.dtype)
-    s = _scores(q, kc, "blkgd,bkds->bkgls")
-    p = _softmax(s, bias).astype(self.dtype)
-    y = jnp.einsum("bkgls,bksd->blkgd", p, vc)
+
+    def attend(qc, q_slot, q_pos):  # qc [B,C,KVH,G,D] -> [B,C,KVH,G,D]
+      s = _scores(qc, kc, "blkgd,bkds->bkgls")
+      p = _softmax(s, mask.bias(q_slot, q_pos)).astype(self.dtype)
+      return jnp.einsum("bkgls,bksd->blkgd", p, vc)
+
+    y = in_query_chunks(attend, self.prefill_chunk, q, mask.q_slot, mask.q_pos)
     return self._out(y.reshape(*y.shape[:2], -1, self.head_dim)), k_cache, v_cache
 
   def decode(self, x, cos, sin, k_cache, v_cache, index, bias):

@@ -152,6 +152,9 @@ class ModelConfig:
       rope_local_base_freq); None: the sliding layers use rope_theta and rope_scaling too.
     lora: None, or a `lora.LoraConfig` / its dict: the model then carries LoRA adapters.
     remat: 'none' | 'block' (`REMAT`): recompute each block's activations in the backward.
+    prefill_chunk: queries per attention chunk of a cached block (`prefill`: a rollout's
+      window, an evaluation's prompt): its scores and mask are [B, heads, chunk, S], not
+      [B, heads, L, S]; 0 attends the whole block at once. Changes memory, not values.
   """
   vocab_size: int = 4096
   hidden: int = 256
@@ -178,6 +181,7 @@ class ModelConfig:
   rope_local_theta: Optional[float] = None
   lora: Optional[Any] = None
   remat: str = "none"
+  prefill_chunk: int = 256
 
   def __post_init__(self):
     for f in ("vocab_size", "hidden", "num_layers", "num_heads", "num_kv_heads", "head_dim",
@@ -218,6 +222,10 @@ class ModelConfig:
       object.__setattr__(self, f, name)
     if self.remat not in REMAT:
       raise ValueError(f"ModelConfig.remat must be one of {REMAT}, got {self.remat!r}")
+    if not _is_int(self.prefill_chunk) or self.prefill_chunk < 0:
+      raise ValueError("ModelConfig.prefill_chunk must be an int >= 0 (0: the whole block), "
+                       f"got {self.prefill_chunk!r}")
+    object.__setattr__(self, "prefill_chunk", int(self.prefill_chunk))
 
   def _check_families(self):
     """Validates the Qwen3 / Gemma 3 fields (see the class docstring)."""

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from agent_rl.models import lora
-from agent_rl.models.attention import Attention, mask_to_bias
+from agent_rl.models.attention import Attention, BlockMask, mask_to_bias
 from agent_rl.models.cache import KVCache
 from agent_rl.models.config import ModelConfig, rope_inv_freq
 from agent_rl.models.dense import dense
@@ -181,13 +181,14 @@ class Transformer(nnx.Module):
       cvalid = jax.lax.dynamic_update_slice(cache.valid, valid, (zero, index))
       cpos = (None if cache.pos is None else
               jax.lax.dynamic_update_slice(cache.pos, positions, (zero, index)))
-      slots = jnp.arange(cache.max_len, dtype=jnp.int32)
       # Query l of the block sits at slot index + l: it sees valid slots up to its own.
-      causal = slots[None, :] <= index + jnp.arange(l, dtype=jnp.int32)[:, None]
-      biases = self._biases(causal[None] & cvalid[:, None, :], positions, cpos)
+      q_slot = jnp.broadcast_to(index + jnp.arange(l, dtype=jnp.int32), positions.shape)
+      masks = {"full": BlockMask(q_slot, cvalid)}
+      if self.cfg.has_sliding:
+        masks["sliding"] = BlockMask(q_slot, cvalid, positions, cpos, self.cfg.sliding_window)
       x, ks, vs = self._cached_layers(
           x, lambda blk, h, k, v, q_rows: blk.attn.cached(
-              h, *ropes[blk.layer_type], k, v, index, biases[blk.layer_type], q_rows),
+              h, *ropes[blk.layer_type], k, v, index, masks[blk.layer_type], q_rows),
           cache, rows)
       new_cache = KVCache(k=ks, v=vs, valid=cvalid, index=index + l, pos=cpos)
       if rows is not None:

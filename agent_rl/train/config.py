@@ -39,6 +39,10 @@ def base_config() -> mlc.ConfigDict:
       # there), else max(256, 2**24 // vocab) tokens (<= 64 MiB of f32 logits per chunk).
       logprob_chunk=-1,
       remat="none",  # none | block: recompute each decoder block in the backward (jax.checkpoint)
+      # Queries per attention chunk when a block is prefilled into the KV cache (a rollout's
+      # window every turn, evaluation prompts): [B, heads, chunk, S] scores instead of
+      # [B, heads, L, S]; 0 = the whole block at once. Memory only; the same values.
+      prefill_chunk=256,
       # LoRA (agent_rl.models.lora): rank 0 = off (full fine-tuning); rank > 0 trains only the
       # adapters (delta W = alpha / rank * A B) on these comma-listed projections, the base frozen.
       lora=mlc.ConfigDict(dict(rank=0, alpha=16.0, dropout=0.0, targets="q,k,v,o,gate,up,down")),

@@ -1,0 +1,107 @@
+"""A cached block's attention in query chunks (`model.prefill_chunk`) vs the whole block at
+once, same run: XLA's temporary memory of `prefill` and its time.
+
+A windowed rollout prefills its whole window every turn, and evaluation prefills every prompt;
+whole, each layer's scores are [B, heads, L, S] floats and the mask [B, L, S]. Rows:
+  - `minishop_tiny`: the MiniShop tiny rollout's window (64 episodes x 1,093 tokens, the world
+    configs' tiny policy), timed (paired medians) and sized;
+  - `texthouse_listed_eval`: TextHouse tiny with the admissible actions listed and the
+    searching expert's 24 turns (a window of ~4,400 tokens), at 16 episodes (its evaluation
+    runs 256: whole, 16x these bytes; that evaluation died allocating 39.5 GB on 2026-12-07);
+  - `qwen2.5-1.5b_full`: the GiGPO world configs at `full` (Qwen2.5-1.5B shape, bf16, 16 tasks
+    x 8 = 128 episodes, a 4,096-token window), sized only: compiled from abstract shapes, never
+    run (an accelerator's allocator sees what XLA:CPU's buffer assignment reports, up to
+    fusion differences).
+`temp_gib` is `compiled.memory_analysis().temp_size_in_bytes` (everything but arguments and
+outputs: the scores, the mask, the MLP's activations); `speedup` = whole / chunked seconds.
+
+Run: `python benchmarks/prefill_chunks.py [--rounds 5]` -> benchmarks/results/prefill_chunks.json
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from results_io import write_json  # noqa: E402
+from timing import paired_medians  # noqa: E402
+
+from agent_rl.models import Transformer, get_preset, init_cache, prefill  # noqa: E402
+
+GIB = 1024 ** 3
+TINY = dict(vocab_size=1024, hidden=128, num_layers=2, num_heads=4, num_kv_heads=2,
+            head_dim=32, intermediate=384)
+ROWS = {  # name -> (preset, overrides, episodes, window tokens, timed)
+    "minishop_tiny": ("tiny", TINY, 64, 1093, True),
+    "texthouse_listed_eval": ("tiny", TINY, 16, 4400, True),
+    "qwen2.5-1.5b_full": ("qwen2.5-1.5b", dict(dtype="bfloat16"), 128, 4096, False),
+}
+
+
+def program(cfg, b: int, l: int):
+  """(jitted prefill of a whole window read at its last row, its abstract arguments)."""
+  graphdef, state = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+  tokens = jnp.zeros((b, l), jnp.int32)
+  pos = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (b, l))
+  last = jnp.full((b,), l - 1, jnp.int32)
+  fn = jax.jit(lambda s, c: prefill(graphdef, s, tokens, pos, jnp.ones((b, l), bool), c, last)[0])
+  cache = jax.eval_shape(lambda: init_cache(cfg, b, l))
+  return fn, state, cache
+
+
+def concrete(cfg, state, cache):
+  """Random weights of `state`'s shapes and an empty cache (the timed rows)."""
+  key = jax.random.key(0)
+  leaves, tree = jax.tree.flatten(state)
+  vals = [0.02 * jax.random.normal(jax.random.fold_in(key, i), x.shape, x.dtype)
+          for i, x in enumerate(leaves)]
+  return jax.tree.unflatten(tree, vals), jax.tree.map(
+      lambda x: jnp.zeros(x.shape, x.dtype), cache)
+
+
+def bench_row(preset, over, b, l, timed, chunks, rounds) -> dict:
+  out, fns = {}, {}
+  for chunk in chunks:
+    cfg = get_preset(preset, **over, prefill_chunk=chunk)
+    fn, state, cache = program(cfg, b, l)
+    temp = fn.lower(state, cache).compile().memory_analysis().temp_size_in_bytes
+    out[f"chunk_{chunk}"] = {"temp_gib": temp / GIB}
+    if timed:
+      s, c = concrete(cfg, state, cache)
+      fns[f"chunk_{chunk}"] = (lambda f, s, c: lambda: jax.block_until_ready(f(s, c)))(fn, s, c)
+  if fns:
+    times, _ = paired_medians(fns, rounds)
+    for k, (wall, _cpu) in times.items():
+      out[k]["seconds"] = wall
+    whole = out["chunk_0"]["seconds"]
+    for k in fns:
+      out[k]["speedup"] = whole / out[k]["seconds"]
+  for k in out:
+    out[k]["temp_vs_whole"] = out[k]["temp_gib"] / out["chunk_0"]["temp_gib"]
+  return dict(episodes=b, window=l, preset=preset, **out)
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--rounds", type=int, default=5)
+  ap.add_argument("--chunks", default="0,512,256,128")
+  ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
+                                                "prefill_chunks.json"))
+  a = ap.parse_args()
+  chunks = [int(x) for x in a.chunks.split(",")]
+  assert chunks[0] == 0, "the first chunk size is the whole block (0), the baseline"
+  res = {"backend": jax.default_backend(), "cpus": os.cpu_count(),
+         "load_average_at_start": os.getloadavg()[0], "rounds": a.rounds, "rows": {}}
+  for name, (preset, over, b, l, timed) in ROWS.items():
+    res["rows"][name] = bench_row(preset, over, b, l, timed, chunks, a.rounds)
+    print(name, res["rows"][name], flush=True)
+  write_json(a.out, res)
+
+
+if __name__ == "__main__":
+  main()
