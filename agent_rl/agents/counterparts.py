@@ -88,11 +88,12 @@ def load(c: Any, setup: Any, place: Any) -> tuple[Counterpart, ...]:
       raise ValueError(f"{field}: {path} holds agents {theirs.mode}:{theirs.num}, this run "
                        f"{ag.mode}:{ag.num}; a counterpart must have the same agents")
     their_cfg = model_config(load_run_config(path), setup.model_cfg.vocab_size)
-    if their_cfg != setup.model_cfg:
+    if their_cfg.computing_as(setup.model_cfg) != setup.model_cfg:
       raise ValueError(f"{field}: {path}'s model differs from this run's (model config or "
                        "vocabulary); a counterpart must be the same model")
     try:
-      rp = load_run_policy(path, setup.model_cfg.vocab_size, place, step=step)
+      rp = load_run_policy(path, setup.model_cfg.vocab_size, place, step=step,
+                           compute=setup.model_cfg)
     except (FileNotFoundError, ValueError, KeyError) as e:
       raise ValueError(f"{field}: cannot restore {spec!r} ({type(e).__name__}: "
                        f"{str(e)[:160]})") from None

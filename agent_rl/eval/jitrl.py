@@ -74,7 +74,8 @@ def evaluate_jitrl(c, workdir: str, *, rounds: int, beta: float, candidates: int
   place = make_placement(c.mesh)
   with place.context():
     setup = build(c, workdir)
-    rp = load_run_policy(workdir, setup.model_cfg.vocab_size, place, which="latest")
+    rp = load_run_policy(workdir, setup.model_cfg.vocab_size, place, which="latest",
+                         compute=setup.model_cfg)
     ag = run_agents(workdir)
     policy = rollout_policy(ag.mode, rp.model_cfg, rp.lm_graphdef, ag.num)
     ecfg = dataclasses.replace(

@@ -3,8 +3,9 @@
 Three paths share the projections: `full` (no cache, causal by sequence order), `cached`
 (a block of L tokens written at `cache.index`, attending to the whole cache) and `decode`
 (one token, 4-D einsums, which XLA:CPU runs faster than the L=1 case of `cached`). Masks are
-additive biases (`MASK_BIAS`) computed once per call and shared across layers, cheaper than
-`jnp.where` inside every softmax. Query heads h = k * G + g use KV head k, as HF `repeat_kv`.
+additive biases (`MASK_BIAS`), cheaper than `jnp.where` inside every softmax: computed once
+per call and shared across layers on the full and decode paths; on the cached path a
+`BlockMask` builds each query chunk's (a whole [B, L, S] bias is as large as a head's scores). Query heads h = k * G + g use KV head k, as HF `repeat_kv`.
 
 The training path's core, softmax(q k^T + bias) v, has a hand-written backward
 (`attention_core`): the FlashAttention gradient (Dao et al., 2022, arXiv:2205.14135, alg. 2)
@@ -190,8 +191,8 @@ class Attention(nnx.Module):
   """Weights: q [E,H,D], k/v [E,KVH,D], o [H,D,E]; optional q/k/v biases (Qwen2), optional
   q_norm/k_norm scales [D] (Qwen3, Gemma 3: RMSNorm per head, before RoPE).
 
-  Sliding-window layers differ only in the additive bias their caller passes (and their
-  RoPE tables), so all three paths serve both layer types.
+  Sliding-window layers differ only in their mask (the bias, or the BlockMask's window, that
+  their caller passes) and their RoPE tables, so all three paths serve both layer types.
   """
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):

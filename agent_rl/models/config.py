@@ -20,6 +20,8 @@ LAYER_TYPES = ("full", "sliding")
 # Rematerialization of the full (training) forward: none, or each decoder block recomputed in
 # the backward (jax.checkpoint), keeping only the residual stream between blocks.
 REMAT = ("none", "block")
+# How a process computes with a model, not what the model is (ModelConfig.computing_as).
+COMPUTE_FIELDS = ("remat", "prefill_chunk")
 
 
 class _Scaling:
@@ -226,6 +228,12 @@ class ModelConfig:
       raise ValueError("ModelConfig.prefill_chunk must be an int >= 0 (0: the whole block), "
                        f"got {self.prefill_chunk!r}")
     object.__setattr__(self, "prefill_chunk", int(self.prefill_chunk))
+
+  def computing_as(self, other: "ModelConfig") -> "ModelConfig":
+    """This model computed as `other` is (its COMPUTE_FIELDS): a run loading another run's
+    or a HF checkpoint's weights keeps its own remat and prefill chunks, which change memory
+    and time, not the model, so they never make two configs differ."""
+    return dataclasses.replace(self, **{f: getattr(other, f) for f in COMPUTE_FIELDS})
 
   def _check_families(self):
     """Validates the Qwen3 / Gemma 3 fields (see the class docstring)."""

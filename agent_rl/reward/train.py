@@ -117,7 +117,8 @@ def build_data(c, setup, place, spec, init_lm, workdir: str) -> RMData:
     z = np.zeros((0, 1), np.float32)
     return RMData(tr, seq(k // 2), z, z, he, seq(n_held), z, z)
   if rm.policy_run:
-    pol = pretrained.load_run_policy(rm.policy_run, setup.model_cfg.vocab_size, place)
+    pol = pretrained.load_run_policy(rm.policy_run, setup.model_cfg.vocab_size, place,
+                                     compute=setup.model_cfg)
     if pol.model_cfg != setup.model_cfg:
       raise ValueError(f"config.rm.policy_run: the policy of {rm.policy_run} has model "
                        f"{pol.model_cfg}, this reward model {setup.model_cfg} (vocabulary or "

@@ -55,7 +55,9 @@ def evaluate_checkpoint(c, workdir: str, which: str = "latest", out_path: str | 
   with place.context():
     setup = build(c, workdir)
     ecfg = episode_config(c, setup.tokenizer)
-    rp = load_run_policy(workdir, setup.model_cfg.vocab_size, place, which=which)
+    # The evaluation's own remat / prefill chunks (its --config), the run's weights.
+    rp = load_run_policy(workdir, setup.model_cfg.vocab_size, place, which=which,
+                         compute=setup.model_cfg)
     ag = run_agents(workdir)
     policy = rollout_policy(ag.mode, rp.model_cfg, rp.lm_graphdef, ag.num)
     m = evaluate_panels(c, policy, rp.params, setup, ecfg, place.batch,

@@ -112,14 +112,18 @@ def run_agents(workdir: str):
 
 
 def load_run_policy(workdir: str, vocab_size: int, place: Placement, *, which: str = "best",
-                    step: Optional[int] = None) -> RunPolicy:
+                    step: Optional[int] = None, compute: Any = None) -> RunPolicy:
   """The policy of a finished or running agent_rl run, on `place`:
   the best-by-eval step (else the newest readable one; `which="latest"`: the newest; `step`:
   exactly that checkpoint step). The one
   path that restores a run's policy (evaluation, distillation teacher, `model.init_from`);
-  only the policy LM's params are read (no optimizer state, no critic)."""
+  only the policy LM's params are read (no optimizer state, no critic). `compute`: this
+  process's ModelConfig, whose remat and prefill chunks the policy then computes with
+  (ModelConfig.computing_as; None: the run's own)."""
   tc = load_run_config(workdir)
   mcfg = model_config(tc, vocab_size)
+  if compute is not None:
+    mcfg = mcfg.computing_as(compute)
   spec = state_spec(model_factory(tc, mcfg, run_agents(workdir)), place)
   d = checkpoint_dir(workdir)
   if not os.path.isdir(d):
@@ -140,8 +144,8 @@ def load_hf_policy(path: str, model_cfg: Any, place: Placement, *, seed: int = 0
   from agent_rl.models import load_hf
   from agent_rl.models.hf_import import config_from_hf
   hf_cfg, _ = config_from_hf(path, dtype=model_cfg.dtype, param_dtype=model_cfg.param_dtype)
-  # How the run computes (activation remat, LoRA adapters) is not part of the checkpoint.
-  hf_cfg = dataclasses.replace(hf_cfg, remat=model_cfg.remat, lora=model_cfg.lora)
+  # How the run computes (remat, prefill chunks, LoRA adapters) is not part of the checkpoint.
+  hf_cfg = dataclasses.replace(hf_cfg, lora=model_cfg.lora).computing_as(model_cfg)
   diff = [f"{f.name}={getattr(hf_cfg, f.name)!r} (run: {getattr(model_cfg, f.name)!r})"
           for f in dataclasses.fields(model_cfg)
           if getattr(hf_cfg, f.name) != getattr(model_cfg, f.name)]
@@ -162,7 +166,7 @@ def init_agent_from(path: str, model_cfg: Any, place: Placement, field: str) -> 
   if agents.stacked:
     raise ValueError(f"{field}: the run in {path} holds agents {agents.tag!r} "
                      "(stacked per-agent weights); start from a single-network run")
-  mcfg, _, params, _, _ = load_run_policy(path, model_cfg.vocab_size, place)
+  mcfg, _, params, _, _ = load_run_policy(path, model_cfg.vocab_size, place, compute=model_cfg)
   if mcfg != model_cfg:
     raise ValueError(f"{field}: the run in {path} has model {mcfg}, this run {model_cfg}")
   return params

@@ -60,7 +60,8 @@ def load(c, setup, place) -> Teacher | None:
   from agent_rl.agents.config import teacher_mode
   mode = teacher_mode(pretrained.run_agents(c.distill.teacher), setup.agents,
                       "config.distill.teacher")
-  t = pretrained.load_run_policy(c.distill.teacher, setup.model_cfg.vocab_size, place)
+  t = pretrained.load_run_policy(c.distill.teacher, setup.model_cfg.vocab_size, place,
+                                compute=setup.model_cfg)
   return Teacher(t.lm_graphdef, t.params, mode, t.model_cfg)
 
 

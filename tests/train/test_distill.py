@@ -4,6 +4,7 @@ The loss terms are checked against a NumPy reference of their value and gradient
 respect to the logits; the end-to-end test distills a random student into an SFT'd teacher
 run and checks the reverse KL on the student's own samples falls.
 """
+import dataclasses
 import json
 import os
 
@@ -156,6 +157,12 @@ def test_init_from_run_and_hf(tmp_path):
     emb = transformers.Qwen2ForCausalLM.from_pretrained(path).model.embed_tokens.weight
     np.testing.assert_allclose(np.asarray(params["embed"]["embedding"][...]),
                                emb.detach().numpy(), rtol=0, atol=0)
+    # How this run computes (remat, prefill chunks) is not the model: both sources load.
+    other = dataclasses.replace(mcfg, remat="block", prefill_chunk=mcfg.prefill_chunk + 1)
+    jax.tree.map(np.testing.assert_array_equal, pretrained.init_from(c, other, place), params)
+    c.model.init_from = src
+    jax.tree.map(np.testing.assert_array_equal, pretrained.init_from(c, other, place), want)
+    c.model.init_from = path
     hf.intermediate_size = 2 * mcfg.intermediate
     transformers.Qwen2ForCausalLM(hf).save_pretrained(path)
     with pytest.raises(ValueError, match="intermediate=128"):
