@@ -50,16 +50,18 @@ def mask_to_bias(mask: jax.Array) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class BlockMask:
-  """Who sees what in a cached block (`Attention.cached`), kept in its factors: query i of
-  row b sees cache slot s iff s is valid, s <= q_slot[b, i] (causal) and, on a sliding layer,
-  q_pos[b, i] - k_pos[b, s] < window. The caller's bias used to be built whole, [B, L, S]
-  floats: a rollout prefills its whole window every turn, and at 256 episodes x a 4,400-token
-  window that is 20 GB, as large as a head's scores; `bias` builds one query chunk's.
+  """Who sees what, kept in its factors (the one mask rule of the three paths): query i of
+  row b sees key slot s iff s is valid, s <= q_slot[b, i] (causal; no term when q_slot is
+  None: a decode step, whose later slots are unwritten) and, on a sliding layer,
+  q_pos[b, i] - k_pos[b, s] < window. The full and decode paths build the bias whole
+  (`whole`); the cached path one query chunk at a time (`bias`): whole, it is [B, L, S]
+  floats, and a rollout prefills its whole window every turn (at 256 episodes x a
+  4,400-token window, 20 GB, as large as a head's scores).
 
-  q_slot: [B, Q] int32; valid: [B, S] bool; q_pos: [B, Q] int32 and k_pos: [B, S] int32
-  (sliding layers only, else None); window: W of a sliding layer, else None.
+  q_slot: [B, Q] int32 or None; valid: [B, S] bool; q_pos: [B, Q] int32 and k_pos: [B, S]
+  int32 (sliding layers only, else None); window: W of a sliding layer, else None.
   """
-  q_slot: jax.Array
+  q_slot: Optional[jax.Array]
   valid: jax.Array
   q_pos: Optional[jax.Array] = None
   k_pos: Optional[jax.Array] = None
@@ -70,13 +72,19 @@ class BlockMask:
     take = lambda a: None if a is None else jnp.take_along_axis(a, rows[:, None], axis=1)
     return dataclasses.replace(self, q_slot=take(self.q_slot), q_pos=take(self.q_pos))
 
-  def bias(self, q_slot: jax.Array, q_pos: Optional[jax.Array]) -> jax.Array:
+  def bias(self, q_slot: Optional[jax.Array], q_pos: Optional[jax.Array]) -> jax.Array:
     """Additive bias [B, 1, 1, C, S] of the queries at q_slot [B, C] (positions q_pos)."""
-    slots = jnp.arange(self.valid.shape[1], dtype=jnp.int32)
-    m = self.valid[:, None, :] & (slots[None, None, :] <= q_slot[:, :, None])
+    m = self.valid[:, None, :]
+    if q_slot is not None:
+      slots = jnp.arange(self.valid.shape[1], dtype=jnp.int32)
+      m = m & (slots[None, None, :] <= q_slot[:, :, None])
     if self.window is not None:
       m = m & (q_pos[:, :, None] - self.k_pos[:, None, :] < self.window)
     return mask_to_bias(m)[:, None, None]
+
+  def whole(self) -> jax.Array:
+    """The bias of every query at once, [B, 1, 1, Q, S]."""
+    return self.bias(self.q_slot, self.q_pos)
 
 
 def in_query_chunks(f: Callable, chunk: int, q: jax.Array, *per_query) -> jax.Array:

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from agent_rl.models import lora
-from agent_rl.models.attention import Attention, BlockMask, mask_to_bias
+from agent_rl.models.attention import Attention, BlockMask
 from agent_rl.models.cache import KVCache
 from agent_rl.models.config import ModelConfig, rope_inv_freq
 from agent_rl.models.dense import dense
@@ -94,17 +94,14 @@ class Transformer(nnx.Module):
       tables["sliding"] = tables["full"]  # same frequencies: computed once
     return tables
 
-  def _biases(self, mask: jax.Array, q_pos: jax.Array, k_pos: Optional[jax.Array]
-              ) -> Dict[str, jax.Array]:
-    """{layer type: additive bias} from the causal/valid `mask` [B, Q, S] (bool).
-
-    Sliding layers also need q_pos - k_pos < W, with q_pos [B, Q] and k_pos [B, S] the
-    positions of queries and key slots. Returns biases [B, 1, 1, Q, S] float32.
-    """
-    out = {"full": mask_to_bias(mask)[:, None, None]}
+  def _masks(self, q_slot: Optional[jax.Array], valid: jax.Array, q_pos: jax.Array,
+             k_pos: Optional[jax.Array]) -> Dict[str, BlockMask]:
+    """{layer type: BlockMask} of queries at q_slot [B, Q] (None: no causal term) and
+    positions q_pos [B, Q] over key slots valid [B, S] at positions k_pos [B, S]; sliding
+    layers add q_pos - k_pos < W."""
+    out = {"full": BlockMask(q_slot, valid)}
     if self.cfg.has_sliding:
-      near = q_pos[:, :, None] - k_pos[:, None, :] < self.cfg.sliding_window
-      out["sliding"] = mask_to_bias(mask & near)[:, None, None]
+      out["sliding"] = BlockMask(q_slot, valid, q_pos, k_pos, self.cfg.sliding_window)
     return out
 
   def __call__(self, tokens: jax.Array, positions: Optional[jax.Array] = None,
@@ -161,8 +158,10 @@ class Transformer(nnx.Module):
     l = tokens.shape[1]
     if cache is None:
       b = tokens.shape[0]
-      causal = jnp.tril(jnp.ones((l, l), jnp.bool_))
-      biases = self._biases(causal[None] & valid[:, None, :], positions, positions)
+      # Query l sees valid keys 0..l (slot = sequence index).
+      q_slot = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), positions.shape)
+      biases = {t: m.whole() for t, m in
+                self._masks(q_slot, valid, positions, positions).items()}
       # Rows flattened to [B*L, E] through the blocks: 2-D GEMMs in forward and backward.
       x = x.reshape(b * l, -1)
       ropes = {t: tuple(a.reshape(b * l, -1) for a in cs) for t, cs in ropes.items()}
@@ -183,9 +182,7 @@ class Transformer(nnx.Module):
               jax.lax.dynamic_update_slice(cache.pos, positions, (zero, index)))
       # Query l of the block sits at slot index + l: it sees valid slots up to its own.
       q_slot = jnp.broadcast_to(index + jnp.arange(l, dtype=jnp.int32), positions.shape)
-      masks = {"full": BlockMask(q_slot, cvalid)}
-      if self.cfg.has_sliding:
-        masks["sliding"] = BlockMask(q_slot, cvalid, positions, cpos, self.cfg.sliding_window)
+      masks = self._masks(q_slot, cvalid, positions, cpos)
       x, ks, vs = self._cached_layers(
           x, lambda blk, h, k, v, q_rows: blk.attn.cached(
               h, *ropes[blk.layer_type], k, v, index, masks[blk.layer_type], q_rows),
@@ -235,8 +232,8 @@ class Transformer(nnx.Module):
     cpos = (None if cache.pos is None else
             jax.lax.dynamic_update_slice(cache.pos, positions[:, None], (zero, index)))
     # Slots past `index` were never written, hence invalid: no causal term needed.
-    biases = {t: bias[:, :, :, 0] for t, bias in
-              self._biases(cvalid[:, None, :], positions[:, None], cpos).items()}
+    biases = {t: m.whole()[:, :, :, 0] for t, m in
+              self._masks(None, cvalid, positions[:, None], cpos).items()}
     x = self.embed(tokens)
     ropes = self._rope(positions)
     x, ks, vs = self._cached_layers(

@@ -135,7 +135,8 @@ def test_sliding_window_against_numpy_mask(small_config):
   valid = jnp.array([[False, True, True, True, True, True]])
   pos = _positions(valid)
   tokens = jnp.array([[5, 6, 7, 8, 9, 10]])
-  biases = model._biases(jnp.tril(jnp.ones((6, 6), bool))[None] & valid[:, None, :], pos, pos)
+  biases = {t: m.whole() for t, m in
+            model._masks(jnp.arange(6, dtype=jnp.int32)[None], valid, pos, pos).items()}
   p = np.asarray(pos[0])
   want = (p[:, None] - p[None, :] >= 0) & (p[:, None] - p[None, :] < 2) & np.asarray(valid[0])[None]
   want &= np.tril(np.ones((6, 6), bool))
