@@ -4,8 +4,9 @@ Three paths share the projections: `full` (no cache, causal by sequence order), 
 (a block of L tokens written at `cache.index`, attending to the whole cache) and `decode`
 (one token, 4-D einsums, which XLA:CPU runs faster than the L=1 case of `cached`). Masks are
 additive biases (`MASK_BIAS`), cheaper than `jnp.where` inside every softmax: computed once
-per call and shared across layers on the full and decode paths; on the cached path a
-`BlockMask` builds each query chunk's (a whole [B, L, S] bias is as large as a head's scores). Query heads h = k * G + g use KV head k, as HF `repeat_kv`.
+per call and shared across layers on the full and decode paths; on the cached path each
+layer builds its block's from the `BlockMask` (its last layer may read one row alone). Query
+heads h = k * G + g use KV head k, as HF `repeat_kv`.
 
 The training path's core, softmax(q k^T + bias) v, has a hand-written backward
 (`attention_core`): the FlashAttention gradient (Dao et al., 2022, arXiv:2205.14135, alg. 2)
@@ -20,7 +21,7 @@ the rows): 89 -> 70 ms per layer of the benchmark model, and 3-6% off the whole 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -53,10 +54,9 @@ class BlockMask:
   """Who sees what, kept in its factors (the one mask rule of the three paths): query i of
   row b sees key slot s iff s is valid, s <= q_slot[b, i] (causal; no term when q_slot is
   None: a decode step, whose later slots are unwritten) and, on a sliding layer,
-  q_pos[b, i] - k_pos[b, s] < window. The full and decode paths build the bias whole
-  (`whole`); the cached path one query chunk at a time (`bias`): whole, it is [B, L, S]
-  floats, and a rollout prefills its whole window every turn (at 256 episodes x a
-  4,400-token window, 20 GB, as large as a head's scores).
+  q_pos[b, i] - k_pos[b, s] < window. Each path builds its additive bias with `bias`;
+  the cached path's blocks are at most `prefill_chunk` queries (`Transformer._in_chunks`),
+  so their [B, L, S] bias is too.
 
   q_slot: [B, Q] int32 or None; valid: [B, S] bool; q_pos: [B, Q] int32 and k_pos: [B, S]
   int32 (sliding layers only, else None); window: W of a sliding layer, else None.
@@ -72,47 +72,15 @@ class BlockMask:
     take = lambda a: None if a is None else jnp.take_along_axis(a, rows[:, None], axis=1)
     return dataclasses.replace(self, q_slot=take(self.q_slot), q_pos=take(self.q_pos))
 
-  def bias(self, q_slot: Optional[jax.Array], q_pos: Optional[jax.Array]) -> jax.Array:
-    """Additive bias [B, 1, 1, C, S] of the queries at q_slot [B, C] (positions q_pos)."""
+  def bias(self) -> jax.Array:
+    """The additive bias of every query, [B, 1, 1, Q, S]."""
     m = self.valid[:, None, :]
-    if q_slot is not None:
+    if self.q_slot is not None:
       slots = jnp.arange(self.valid.shape[1], dtype=jnp.int32)
-      m = m & (slots[None, None, :] <= q_slot[:, :, None])
+      m = m & (slots[None, None, :] <= self.q_slot[:, :, None])
     if self.window is not None:
-      m = m & (q_pos[:, :, None] - self.k_pos[:, None, :] < self.window)
+      m = m & (self.q_pos[:, :, None] - self.k_pos[:, None, :] < self.window)
     return mask_to_bias(m)[:, None, None]
-
-  def whole(self) -> jax.Array:
-    """The bias of every query at once, [B, 1, 1, Q, S]."""
-    return self.bias(self.q_slot, self.q_pos)
-
-
-def in_query_chunks(f: Callable, chunk: int, q: jax.Array, *per_query) -> jax.Array:
-  """f(q, *per_query) computed `chunk` queries at a time: q [B, L, ...] and each per_query
-  array [B, L, ...] (or None) are cut on axis 1, the outputs [B, c, ...] joined on it.
-
-  One chunk after another (`lax.map`, a loop), so only one chunk's [B, heads, c, S] scores
-  and bias are alive: the memory of a block's attention is bounded by `chunk`, not by its
-  length. L <= chunk (or chunk <= 0) is one call, the unchunked program. The n = ceil(L /
-  chunk) chunks are of equal size ceil(L / n) <= chunk (1,093 queries at 256: 5 x 219, not
-  5 x 256), the last padded with queries whose rows are dropped; every query row is computed
-  alone (softmax over its own keys), so chunking changes no value (tested).
-  """
-  l = q.shape[1]
-  if chunk <= 0 or l <= chunk:
-    return f(q, *per_query)
-  n = -(-l // chunk)
-  chunk = -(-l // n)
-
-  def split(a):
-    if a is None:
-      return None
-    a = jnp.pad(a, [(0, 0), (0, n * chunk - l)] + [(0, 0)] * (a.ndim - 2))
-    return jnp.moveaxis(a.reshape(a.shape[0], n, chunk, *a.shape[2:]), 1, 0)
-
-  ys = jax.lax.map(lambda xs: f(*xs), (split(q), *(split(a) for a in per_query)))
-  ys = jnp.moveaxis(ys, 0, 1)  # [B, n, c, ...]
-  return ys.reshape(ys.shape[0], n * chunk, *ys.shape[3:])[:, :l]
 
 
 def _softmax(scores: jax.Array, bias: jax.Array) -> jax.Array:
@@ -208,7 +176,6 @@ class Attention(nnx.Module):
     pd = cfg.params_dtype
     self.num_heads, self.num_kv_heads, self.head_dim = h, kvh, d
     self.dtype = cfg.compute_dtype
-    self.prefill_chunk = cfg.prefill_chunk
     self.q = make_param(rngs, dense_init(e), (e, h, d), ("embed", "heads", "head_dim"), pd)
     self.k = make_param(rngs, dense_init(e), (e, kvh, d), ("embed", "kv_heads", "head_dim"), pd)
     self.v = make_param(rngs, dense_init(e), (e, kvh, d), ("embed", "kv_heads", "head_dim"), pd)
@@ -319,8 +286,8 @@ class Attention(nnx.Module):
     x: [B,L,E]; k_cache [B,KVH,D,S]; v_cache [B,KVH,S,D]; mask: the block's BlockMask.
     rows: optional [B] int32, the one query row per batch row whose output is needed.
     Returns y [B,L,E] ([B,1,E] with rows) and the updated caches (all L rows written).
-    Queries are attended `prefill_chunk` at a time (in_query_chunks): a window prefilled
-    whole costs [B, heads, chunk, S] scores, not [B, heads, L, S].
+    The caller bounds L (`Transformer._in_chunks`: a long block goes `prefill_chunk` tokens
+    at a time), so the [B, heads, L, S] scores and the mask's [B, L, S] bias are a chunk's.
     """
     q, k, v = self._qkv(x, cos, sin)
     if rows is not None:
@@ -332,13 +299,9 @@ class Attention(nnx.Module):
     v_cache = jax.lax.dynamic_update_slice(
         v_cache, jnp.transpose(v, (0, 2, 1, 3)).astype(v_cache.dtype), (zero, zero, index, zero))
     kc, vc = k_cache.astype(self.dtype), v_cache.astype(self.dtype)
-
-    def attend(qc, q_slot, q_pos):  # qc [B,C,KVH,G,D] -> [B,C,KVH,G,D]
-      s = _scores(qc, kc, "blkgd,bkds->bkgls")
-      p = _softmax(s, mask.bias(q_slot, q_pos)).astype(self.dtype)
-      return jnp.einsum("bkgls,bksd->blkgd", p, vc)
-
-    y = in_query_chunks(attend, self.prefill_chunk, q, mask.q_slot, mask.q_pos)
+    s = _scores(q, kc, "blkgd,bkds->bkgls")
+    p = _softmax(s, mask.bias()).astype(self.dtype)
+    y = jnp.einsum("bkgls,bksd->blkgd", p, vc)
     return self._out(y.reshape(*y.shape[:2], -1, self.head_dim)), k_cache, v_cache
 
   def decode(self, x, cos, sin, k_cache, v_cache, index, bias):

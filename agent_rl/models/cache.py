@@ -46,9 +46,15 @@ class KVCache:
     return self.valid.shape[1]
 
 
-def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
   """An empty cache: zeros, nothing valid, index 0 (and slot positions when `cfg` has
-  sliding-window layers)."""
+  sliding-window layers).
+
+  dtype: of K and V, default the compute dtype. The attention rounds K and V to it before
+  they are written and reads them back in it, so a wider cache holds the same values in
+  more bytes (a float32 cache under bfloat16 compute: twice the memory, same logits).
+  """
+  dtype = cfg.compute_dtype if dtype is None else dtype
   if batch <= 0 or max_len <= 0:
     raise ValueError(f"init_cache needs positive batch and max_len, got {batch}, {max_len}")
   kvh, d = cfg.num_kv_heads, cfg.head_dim

@@ -154,9 +154,11 @@ class ModelConfig:
       rope_local_base_freq); None: the sliding layers use rope_theta and rope_scaling too.
     lora: None, or a `lora.LoraConfig` / its dict: the model then carries LoRA adapters.
     remat: 'none' | 'block' (`REMAT`): recompute each block's activations in the backward.
-    prefill_chunk: queries per attention chunk of a cached block (`prefill`: a rollout's
-      window, an evaluation's prompt): its scores and mask are [B, heads, chunk, S], not
-      [B, heads, L, S]; 0 attends the whole block at once. Changes memory, not values.
+    prefill_chunk: tokens per row of a cached block (`prefill`: a rollout's window, an
+      evaluation's prompt) that go through all layers at once: a longer block is written
+      in chunks of at most this many, so its scores are [B, heads, chunk, S] and its MLP
+      [B, chunk, F], not [B, heads, L, S] and [B, L, F]; 0 writes the whole block at once.
+      Changes memory and speed, not values.
   """
   vocab_size: int = 4096
   hidden: int = 256
@@ -228,6 +230,15 @@ class ModelConfig:
       raise ValueError("ModelConfig.prefill_chunk must be an int >= 0 (0: the whole block), "
                        f"got {self.prefill_chunk!r}")
     object.__setattr__(self, "prefill_chunk", int(self.prefill_chunk))
+
+  def prefill_chunks(self, length: int) -> Tuple[int, int]:
+    """(n, c): a cached block of `length` tokens is written in n chunks of c tokens a row,
+    n = ceil(length / prefill_chunk) and c = ceil(length / n) <= prefill_chunk (balanced:
+    1,093 tokens at 256 are 5 x 219, not 4 x 256 + 69); (1, length) when it fits or at 0."""
+    if self.prefill_chunk <= 0 or length <= self.prefill_chunk:
+      return 1, length
+    n = -(-length // self.prefill_chunk)
+    return n, -(-length // n)
 
   def computing_as(self, other: "ModelConfig") -> "ModelConfig":
     """This model computed as `other` is (its COMPUTE_FIELDS): a run loading another run's

@@ -153,45 +153,91 @@ class Transformer(nnx.Module):
     _check_block(tokens, positions, valid)
     valid = valid.astype(jnp.bool_)
     positions = positions.astype(jnp.int32)
-    x = self.embed(tokens)
-    ropes = self._rope(positions)
-    l = tokens.shape[1]
-    if cache is None:
-      b = tokens.shape[0]
-      # Query l sees valid keys 0..l (slot = sequence index).
-      q_slot = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), positions.shape)
-      biases = {t: m.whole() for t, m in
-                self._masks(q_slot, valid, positions, positions).items()}
-      # Rows flattened to [B*L, E] through the blocks: 2-D GEMMs in forward and backward.
-      x = x.reshape(b * l, -1)
-      ropes = {t: tuple(a.reshape(b * l, -1) for a in cs) for t, cs in ropes.items()}
-      if read is None:
-        x = _REMAT[self.cfg.remat](self.layers, x, ropes, biases, b, dropout_key)
-        x = x.reshape(b, l, -1)
-      else:
-        x = _REMAT[self.cfg.remat](list(self.layers)[:-1], x, ropes, biases, b, None)
-        x = _read_block(self.layers[-1], constrain(x, ("batch", "embed")), ropes, biases, b,
-                        read.astype(jnp.int32))
-      new_cache = None
-    else:
+    if cache is not None:
       _check_cache(self.cfg, cache, tokens.shape[0])
-      index = cache.index.astype(jnp.int32)
-      zero = jnp.zeros((), jnp.int32)
-      cvalid = jax.lax.dynamic_update_slice(cache.valid, valid, (zero, index))
-      cpos = (None if cache.pos is None else
-              jax.lax.dynamic_update_slice(cache.pos, positions, (zero, index)))
-      # Query l of the block sits at slot index + l: it sees valid slots up to its own.
-      q_slot = jnp.broadcast_to(index + jnp.arange(l, dtype=jnp.int32), positions.shape)
-      masks = self._masks(q_slot, cvalid, positions, cpos)
-      x, ks, vs = self._cached_layers(
-          x, lambda blk, h, k, v, q_rows: blk.attn.cached(
-              h, *ropes[blk.layer_type], k, v, index, masks[blk.layer_type], q_rows),
-          cache, rows)
-      new_cache = KVCache(k=ks, v=vs, valid=cvalid, index=index + l, pos=cpos)
-      if rows is not None:
-        x = x[:, 0]
+      x, new_cache = self._in_chunks(tokens, positions, valid, cache, rows)
+    else:
+      x, new_cache = self._full(tokens, positions, valid, read, dropout_key), None
     hidden = self.final_norm(x)
     return self.logits(hidden), hidden, new_cache
+
+  def _full(self, tokens, positions, valid, read, dropout_key) -> jax.Array:
+    """The full path: [B,L] -> x [B,L,E] ([B,K,E] at the `read` rows)."""
+    b, l = tokens.shape
+    x = self.embed(tokens)
+    ropes = self._rope(positions)
+    # Query l sees valid keys 0..l (slot = sequence index).
+    q_slot = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), positions.shape)
+    biases = {t: m.bias() for t, m in self._masks(q_slot, valid, positions, positions).items()}
+    # Rows flattened to [B*L, E] through the blocks: 2-D GEMMs in forward and backward.
+    x = x.reshape(b * l, -1)
+    ropes = {t: tuple(a.reshape(b * l, -1) for a in cs) for t, cs in ropes.items()}
+    if read is None:
+      return _REMAT[self.cfg.remat](self.layers, x, ropes, biases, b, dropout_key).reshape(b, l, -1)
+    x = _REMAT[self.cfg.remat](list(self.layers)[:-1], x, ropes, biases, b, None)
+    return _read_block(self.layers[-1], constrain(x, ("batch", "embed")), ropes, biases, b,
+                       read.astype(jnp.int32))
+
+  def _in_chunks(self, tokens, positions, valid, cache: KVCache, rows=None):
+    """A cached block written `cfg.prefill_chunk` tokens a row at a time, each chunk through
+    every layer before the next (a `lax.scan`): the block's activations, attention scores
+    [B, heads, c, S] and MLP [B, c, F] included, are one chunk's, whatever its length. A
+    rollout prefills its whole window every turn; whole, Qwen2.5-1.5B's 128 x 4,096-token
+    window takes 392 GiB of XLA temporaries (benchmarks/prefill_chunks.py).
+
+    The n chunks have equal size c <= chunk (`ModelConfig.prefill_chunks`: 1,093 tokens at
+    256 are 5 x 219), the last one starting at L - c: the n * c - L tokens it shares with the
+    one before are computed again from the same cache and rewrite the same slots. A query sees
+    the slots before its chunk (written) and its chunk causally, as in the whole block, so
+    chunking changes no value beyond rounding (tested). L <= chunk (or chunk 0): one call.
+    Returns x [B,L,E] ([B,E] with rows) and the cache advanced by L.
+    """
+    b, l = tokens.shape
+    n, c = self.cfg.prefill_chunks(l)
+    if n == 1:
+      return self._write(tokens, positions, valid, cache, rows)
+    index = cache.index.astype(jnp.int32)
+    starts = jnp.minimum(jnp.arange(n, dtype=jnp.int32) * c, l - c)
+
+    def body(carry, start):
+      cache, got = carry
+      cut = lambda a: jax.lax.dynamic_slice_in_dim(a, start, c, axis=1)
+      here = None if rows is None else jnp.clip(rows - start, 0, c - 1)
+      x, cache = self._write(cut(tokens), cut(positions), cut(valid),
+                             cache.replace(index=index + start), here)
+      if rows is None:
+        return (cache, got), x
+      hit = (rows >= start) & (rows < start + c)
+      return (cache, jnp.where(hit[:, None], x, got)), None
+
+    got = None if rows is None else jnp.zeros((b, self.cfg.hidden), self.cfg.compute_dtype)
+    (cache, got), xs = jax.lax.scan(body, (cache.replace(index=index), got), starts)
+    cache = cache.replace(index=index + l)
+    if rows is not None:
+      return got, cache
+    # Chunks 0..n-2 tile [0, (n-1) c); the last one covers [L - c, L).
+    head = jnp.moveaxis(xs[:-1], 0, 1).reshape(b, (n - 1) * c, -1)
+    return jnp.concatenate([head, xs[-1][:, n * c - l:]], axis=1), cache
+
+  def _write(self, tokens, positions, valid, cache: KVCache, rows=None):
+    """One block written at `cache.index`: [B,L] -> x [B,L,E] ([B,E] with rows), cache."""
+    l = tokens.shape[1]
+    x = self.embed(tokens)
+    ropes = self._rope(positions)
+    index = cache.index.astype(jnp.int32)
+    zero = jnp.zeros((), jnp.int32)
+    cvalid = jax.lax.dynamic_update_slice(cache.valid, valid, (zero, index))
+    cpos = (None if cache.pos is None else
+            jax.lax.dynamic_update_slice(cache.pos, positions, (zero, index)))
+    # Query l of the block sits at slot index + l: it sees valid slots up to its own.
+    q_slot = jnp.broadcast_to(index + jnp.arange(l, dtype=jnp.int32), positions.shape)
+    masks = self._masks(q_slot, cvalid, positions, cpos)
+    x, ks, vs = self._cached_layers(
+        x, lambda blk, h, k, v, q_rows: blk.attn.cached(
+            h, *ropes[blk.layer_type], k, v, index, masks[blk.layer_type], q_rows),
+        cache, rows)
+    new_cache = KVCache(k=ks, v=vs, valid=cvalid, index=index + l, pos=cpos)
+    return (x if rows is None else x[:, 0]), new_cache
 
   def _cached_layers(self, x, attend, cache: KVCache, rows=None):
     """Runs the blocks with `attend(block, normed_x, k_cache, v_cache, q_rows) -> (y, k, v)`
@@ -232,7 +278,7 @@ class Transformer(nnx.Module):
     cpos = (None if cache.pos is None else
             jax.lax.dynamic_update_slice(cache.pos, positions[:, None], (zero, index)))
     # Slots past `index` were never written, hence invalid: no causal term needed.
-    biases = {t: m.whole()[:, :, :, 0] for t, m in
+    biases = {t: m.bias()[:, :, :, 0] for t, m in
               self._masks(None, cvalid, positions[:, None], cpos).items()}
     x = self.embed(tokens)
     ropes = self._rope(positions)

@@ -1,9 +1,14 @@
-"""Start-up memory report: per-device bytes of params, optimizer state, KV cache and
+"""Start-up memory report: per-device bytes of params, optimizer state, KV cache, prefill and
 activations, computed from shapes and shardings before anything is compiled.
 
 Params and optimizer state are exact (shard shapes of the abstract state under the mesh).
 The KV cache is exact for the rollout's cache layout (K and V per layer, `[episodes, kv_heads,
-length, head_dim]`, sharded over the batch and tensor axes). Activations of the train step
+length, head_dim]` in the compute dtype, sharded over the batch and tensor axes). A prefill's
+temporaries (a windowed rollout prefills its whole window every turn) are an estimate of one
+layer's working set for one chunk (`model.prefill_chunk`), calibrated against XLA:CPU's
+compiled temporaries (0.84-1.4x of them at tiny, Qwen2.5-0.5B and -1.5B shapes, bf16 and f32,
+chunked and whole; 0.46x for short f32 blocks, where the per-token term is fused away): an
+evaluation rollout has its own episode count (`eval.num_tasks * eval.k`). Activations of the train step
 are an estimate of what backprop keeps alive without rematerialization (per layer and token:
 the residual, norms, q/k/v, attention output, the three MLP projections, plus the `[heads,
 L, L]` attention scores; and the logits with their softmax and gradient), so a config that
@@ -49,16 +54,38 @@ def tree_bytes_per_device(tree: Any, shardings: Any = None) -> int:
 
 
 def kv_cache_bytes(model_cfg: Any, episodes: int, length: int, mesh: Mesh, rules: Rules,
-                   dtype=np.float32) -> int:
-  """Per-device bytes of the rollout KV cache: 2 x layers x [episodes, kv_heads, length, head_dim]."""
+                   dtype=None) -> int:
+  """Per-device bytes of the rollout KV cache: 2 x layers x [episodes, kv_heads, length,
+  head_dim] in `dtype` (default the compute dtype, as `models.init_cache`)."""
+  dtype = model_cfg.compute_dtype if dtype is None else dtype
   b = local_size(episodes, mesh, rules, "batch")
   kv = local_size(model_cfg.num_kv_heads, mesh, rules, "kv_heads")
   return 2 * model_cfg.num_layers * b * kv * length * model_cfg.head_dim * np.dtype(dtype).itemsize
 
 
+def prefill_bytes(model_cfg: Any, episodes: int, length: int, mesh: Mesh, rules: Rules) -> int:
+  """Estimated per-device temporaries of prefilling a `length`-token block into a cache of
+  `length` slots (a window, the rollout's worst case), c tokens a row at a time
+  (`model_cfg.prefill_chunks`): one layer's float32 scores and probabilities [b, heads, c, S] and mask [b, c, S],
+  and the chunk's per-token activations (as `activation_bytes`' per layer) in the compute
+  dtype."""
+  b = local_size(episodes, mesh, rules, "batch")
+  _, c = model_cfg.prefill_chunks(length)
+  heads = local_size(model_cfg.num_heads, mesh, rules, "heads")
+  kv = local_size(model_cfg.num_kv_heads, mesh, rules, "kv_heads")
+  mlp = local_size(model_cfg.intermediate, mesh, rules, "mlp")
+  per_token = 4 * model_cfg.hidden + (2 * heads + 2 * kv) * model_cfg.head_dim + 3 * mlp
+  scores = (2 * heads + 1) * b * c * length * 4
+  return scores + b * c * per_token * np.dtype(model_cfg.compute_dtype).itemsize
+
+
 def activation_bytes(model_cfg: Any, rows: int, length: int, mesh: Mesh, rules: Rules,
-                     dtype=np.float32) -> int:
-  """Estimated per-device activation bytes kept for backprop by one train step."""
+                     dtype=np.float32, logit_chunk: int = 0) -> int:
+  """Estimated per-device activation bytes kept for backprop by one train step: each layer's
+  per-token activations and [heads, L, L] scores, or with `model_cfg.remat == "block"` each
+  block's input and one block recomputed at a time; and the logits, their softmax and
+  gradient, of every token or, chunked (`logit_chunk` tokens: models.logprobs), of one chunk.
+  """
   b = local_size(rows, mesh, rules, "batch")
   tokens = b * length
   h, hd = model_cfg.hidden, model_cfg.head_dim
@@ -69,23 +96,32 @@ def activation_bytes(model_cfg: Any, rows: int, length: int, mesh: Mesh, rules: 
   per_token_layer = 4 * h + (2 * heads + 2 * kv) * hd + 3 * mlp
   scores = 2 * b * heads * length * length  # scores and probabilities
   per_layer = tokens * per_token_layer + scores
-  logits = 3 * tokens * vocab
-  return (model_cfg.num_layers * per_layer + logits) * np.dtype(dtype).itemsize
+  logits = 3 * (min(tokens, logit_chunk) if logit_chunk > 0 else tokens) * vocab
+  if getattr(model_cfg, "remat", "none") == "block":
+    layers = model_cfg.num_layers * tokens * h + per_layer
+  else:
+    layers = model_cfg.num_layers * per_layer
+  return (layers + logits) * np.dtype(dtype).itemsize
 
 
 @dataclasses.dataclass(frozen=True)
 class MemoryReport:
+  """Per-device bytes; `prefill` and the evaluation's `eval_rollout` (its KV cache and
+  prefill) are estimates, as `activations`."""
   mesh: Mapping[str, int]
   params: int
   optimizer: int
   kv_cache: int
   activations: int
   budget_gib: float = 0.0
+  prefill: int = 0
+  eval_rollout: int = 0
 
   @property
   def total(self) -> int:
-    # Rollout (KV cache) and update (activations) do not overlap in time.
-    return self.params + self.optimizer + max(self.kv_cache, self.activations)
+    # Rollouts (KV cache and prefill), evaluation and the update do not overlap in time.
+    return self.params + self.optimizer + max(self.kv_cache + self.prefill, self.eval_rollout,
+                                              self.activations)
 
   def text(self) -> str:
     g = lambda n: f"{n / GIB:.3f} GiB"
@@ -95,8 +131,11 @@ class MemoryReport:
              f"  params            {g(self.params)}",
              f"  optimizer state   {g(self.optimizer)}",
              f"  rollout KV cache  {g(self.kv_cache)}",
+             f"  rollout prefill   {g(self.prefill)} (estimate; model.prefill_chunk)",
+             f"  eval rollout      {g(self.eval_rollout)} (estimate; KV cache + prefill)",
              f"  train activations {g(self.activations)} (estimate)",
-             f"  peak              {g(self.total)} = params + optimizer + max(KV cache, activations)"]
+             f"  peak              {g(self.total)} = params + optimizer + max(KV cache + "
+             "prefill, eval rollout, activations)"]
     if self.budget_gib:
       lines.append(f"  budget            {self.budget_gib:.3f} GiB (config.mesh.memory_budget_gib)")
     return "\n".join(lines)
@@ -107,21 +146,27 @@ class MemoryReport:
       raise MemoryBudgetError(
           f"config.mesh.memory_budget_gib: the estimated peak of {self.total / GIB:.3f} GiB per "
           f"device exceeds the budget of {self.budget_gib:.3f} GiB\n{self.text()}\n"
-          "Shard more (mesh.fsdp / mesh.tensor), or reduce rollout.num_tasks * group_size or "
-          "train.minibatch_episodes.")
+          "Shard more (mesh.fsdp / mesh.tensor), or reduce rollout.num_tasks * group_size, "
+          "eval.num_tasks * eval.k, model.prefill_chunk or train.minibatch_episodes.")
 
 
 def report(*, mesh: Mesh, rules: Rules, params: Any, params_shardings: Any, optimizer: Any,
            opt_shardings: Any, model_cfg: Any, episodes: int, cache_len: int, rows: int,
-           length: int, budget_gib: float = 0.0, dtype=np.float32) -> MemoryReport:
-  """Builds the report from abstract params / optimizer state and their shardings."""
+           length: int, budget_gib: float = 0.0, eval_episodes: int = 0, logit_chunk: int = 0,
+           dtype=np.float32) -> MemoryReport:
+  """Builds the report from abstract params / optimizer state and their shardings.
+  `dtype`: of the activation estimate; eval_episodes: the evaluation rollout's (0: none);
+  logit_chunk: the train step's log-prob chunk in tokens (0: materialized logits)."""
+  rollout = lambda n: (kv_cache_bytes(model_cfg, n, cache_len, mesh, rules),
+                       prefill_bytes(model_cfg, n, cache_len, mesh, rules))
+  kv, pre = rollout(episodes)
   return MemoryReport(
       mesh=dict(mesh.shape), params=tree_bytes_per_device(params, params_shardings),
-      optimizer=tree_bytes_per_device(optimizer, opt_shardings),
-      kv_cache=kv_cache_bytes(model_cfg, episodes, cache_len, mesh, rules, dtype),
-      activations=activation_bytes(model_cfg, rows, length, mesh, rules, dtype),
+      optimizer=tree_bytes_per_device(optimizer, opt_shardings), kv_cache=kv, prefill=pre,
+      eval_rollout=sum(rollout(eval_episodes)) if eval_episodes else 0,
+      activations=activation_bytes(model_cfg, rows, length, mesh, rules, dtype, logit_chunk),
       budget_gib=float(budget_gib))
 
 
 __all__ = ["MemoryReport", "MemoryBudgetError", "report", "kv_cache_bytes", "activation_bytes",
-           "tree_bytes_per_device", "shard_bytes"]
+           "prefill_bytes", "tree_bytes_per_device", "shard_bytes"]

@@ -39,9 +39,9 @@ def base_config() -> mlc.ConfigDict:
       # there), else max(256, 2**24 // vocab) tokens (<= 64 MiB of f32 logits per chunk).
       logprob_chunk=-1,
       remat="none",  # none | block: recompute each decoder block in the backward (jax.checkpoint)
-      # Queries per attention chunk when a block is prefilled into the KV cache (a rollout's
-      # window every turn, evaluation prompts): [B, heads, chunk, S] scores instead of
-      # [B, heads, L, S]; 0 = the whole block at once. Memory only; the same values.
+      # Tokens a row per chunk when a block is prefilled into the KV cache (a rollout's
+      # window every turn, evaluation prompts), each chunk through all layers: its scores are
+      # [B, heads, chunk, S] and MLP [B, chunk, F]; 0 = the whole block at once. The same values.
       prefill_chunk=256,
       # LoRA (agent_rl.models.lora): rank 0 = off (full fine-tuning); rank > 0 trains only the
       # adapters (delta W = alpha / rank * A B) on these comma-listed projections, the base frozen.

@@ -37,7 +37,7 @@ from agent_rl.train.teacher import uses_teacher
 from agent_rl.train.metrics import MetricWriter
 from agent_rl.train.optim import actor_critic, critic_only, make_optimizer, sft_optimizer
 from agent_rl.train.phases import Preempted, SimulatedKill  # noqa: F401 (re-exported)
-from agent_rl.train.setup import build, eval_variants, model_factory
+from agent_rl.train.setup import build, eval_variants, logprob_chunk, model_factory
 from agent_rl.train.epochs import make_scan_update
 from agent_rl.train.state import init_params, jit_step, jit_update, state_spec
 from agent_rl.train.step import make_train_step
@@ -252,7 +252,11 @@ def startup_report(c, spec, optimizer, setup, roll_fn) -> str:
   rep = memory_report(mesh=place.mesh, rules=place.rules, params=spec.params,
                       params_shardings=spec.param_shardings, optimizer=opt, opt_shardings=opt_sh,
                       model_cfg=setup.model_cfg, episodes=n, cache_len=length, rows=rows,
-                      length=length, budget_gib=c.mesh.memory_budget_gib)
+                      length=length, budget_gib=c.mesh.memory_budget_gib,
+                      # every run evaluates (at its end at least); pass@k runs k per task
+                      eval_episodes=c.eval.num_tasks * max(1, c.eval.k),
+                      logit_chunk=logprob_chunk(int(c.model.logprob_chunk),
+                                                setup.model_cfg.vocab_size))
   if jax.process_index() == 0:
     print(rep.text(), flush=True)
   rep.check()

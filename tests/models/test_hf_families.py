@@ -135,7 +135,7 @@ def test_sliding_window_against_numpy_mask(small_config):
   valid = jnp.array([[False, True, True, True, True, True]])
   pos = _positions(valid)
   tokens = jnp.array([[5, 6, 7, 8, 9, 10]])
-  biases = {t: m.whole() for t, m in
+  biases = {t: m.bias() for t, m in
             model._masks(jnp.arange(6, dtype=jnp.int32)[None], valid, pos, pos).items()}
   p = np.asarray(pos[0])
   want = (p[:, None] - p[None, :] >= 0) & (p[:, None] - p[None, :] < 2) & np.asarray(valid[0])[None]
