@@ -22,7 +22,6 @@ Run: `python benchmarks/prefill_chunks.py [--rounds 5]` -> benchmarks/results/pr
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -31,8 +30,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from results_io import write_json  # noqa: E402
-from timing import paired_medians  # noqa: E402
+import size_sweep  # noqa: E402
+from size_sweep import random_like, time_against_baseline  # noqa: E402
 
 from agent_rl.models import Transformer, get_preset, init_cache, prefill  # noqa: E402
 from agent_rl.parallel import DEFAULT_RULES, make_mesh  # noqa: E402
@@ -63,16 +62,6 @@ def program(cfg, b: int, l: int):
   return fn, state, cache
 
 
-def concrete(cfg, state, cache):
-  """Random weights of `state`'s shapes and an empty cache (the timed rows)."""
-  key = jax.random.key(0)
-  leaves, tree = jax.tree.flatten(state)
-  vals = [0.02 * jax.random.normal(jax.random.fold_in(key, i), x.shape, x.dtype)
-          for i, x in enumerate(leaves)]
-  return jax.tree.unflatten(tree, vals), jax.tree.map(
-      lambda x: jnp.zeros(x.shape, x.dtype), cache)
-
-
 def bench_row(preset, over, b, l, timed, chunks, rounds) -> dict:
   out, fns = {}, {}
   for chunk in chunks:
@@ -83,37 +72,13 @@ def bench_row(preset, over, b, l, timed, chunks, rounds) -> dict:
     out[f"chunk_{chunk}"] = {"temp_gib": temp / GIB, "estimate_gib": est / GIB,
                              "compiled_vs_estimate": temp / est}
     if timed:
-      s, c = concrete(cfg, state, cache)
+      s, c = random_like(state), jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), cache)
       fns[f"chunk_{chunk}"] = (lambda f, s, c: lambda: jax.block_until_ready(f(s, c)))(fn, s, c)
-  if fns:
-    times, _ = paired_medians(fns, rounds)
-    for k, (wall, _cpu) in times.items():
-      out[k]["seconds"] = wall
-    whole = out["chunk_0"]["seconds"]
-    for k in fns:
-      out[k]["speedup"] = whole / out[k]["seconds"]
-  for k in out:
-    out[k]["temp_vs_whole"] = out[k]["temp_gib"] / out["chunk_0"]["temp_gib"]
+  time_against_baseline(out, fns, rounds, "chunk_0", "temp_vs_whole")
   return dict(episodes=b, window=l, preset=preset,
               kv_cache_gib=kv_cache_bytes(cfg, b, l, MESH, DEFAULT_RULES) / GIB, **out)
 
 
-def main():
-  ap = argparse.ArgumentParser()
-  ap.add_argument("--rounds", type=int, default=5)
-  ap.add_argument("--chunks", default="0,512,256,128")
-  ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
-                                                "prefill_chunks.json"))
-  a = ap.parse_args()
-  chunks = [int(x) for x in a.chunks.split(",")]
-  assert chunks[0] == 0, "the first chunk size is the whole block (0), the baseline"
-  res = {"backend": jax.default_backend(), "cpus": os.cpu_count(),
-         "load_average_at_start": os.getloadavg()[0], "rounds": a.rounds, "rows": {}}
-  for name, (preset, over, b, l, timed) in ROWS.items():
-    res["rows"][name] = bench_row(preset, over, b, l, timed, chunks, a.rounds)
-    print(name, res["rows"][name], flush=True)
-  write_json(a.out, res)
-
-
 if __name__ == "__main__":
-  main()
+  size_sweep.main(ROWS, bench_row, flag="chunks", default="0,512,256,128",
+             out_name="prefill_chunks.json")

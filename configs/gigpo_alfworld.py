@@ -80,8 +80,8 @@ def get_config(arg: str | None = None):
     c.train.eval_every, c.train.ckpt_every = 5, 5
     c.eval.num_tasks, c.eval.k = 6, 1
   else:
-    full_policy(c)
     c.env.host.workers, c.env.host.obs_tokens = 32, 2048
     c.rollout.max_turns, c.rollout.max_action_tokens = 50, 256
     c.rollout.window_tokens = 4096
+    full_policy(c)  # after the turns: its micro-batches are turn rows
   return c

@@ -20,22 +20,27 @@ from agent_rl.rollout.sampler import SamplerConfig
 
 def evaluate(policy, params, env, pieces, ecfg: EpisodeConfig, *, num_tasks: int, seed: int,
              k: int = 1, greedy: bool = True, place=lambda x: x,
-             role_terms: Optional[Sequence[str]] = None) -> dict:
+             role_terms: Optional[Sequence[str]] = None, slice_tasks: int = 0) -> dict:
   """Metrics `eval/success` (greedy, or sampled when greedy=False), `eval/reward`, the env's
   `eval_extras` per episode (`eval/<key>`, extras_metrics), and with
   k > 1 `eval/pass@k` (any of k samples succeeds) and `eval/avg@k` (mean success over k).
   role_terms: a multi-agent env's per-role reward terms (`agents.role_terms(env)`): adds
   `eval/agent{k}/return`, role k's mean episode return in the greedy episodes.
   `place` lays the tasks out on the mesh (row-sharded when the count divides it). A host env
-  evaluates on its `for_eval()` panel (config.env.host.eval_split)."""
+  evaluates on its `for_eval()` panel (config.env.host.eval_split). slice_tasks > 0 (it
+  divides num_tasks): the panel rolls out that many tasks at a time (`config.eval.slice_tasks`:
+  an evaluation's memory is one slice's; slice i samples with fold_in(key, i), so the sampled
+  pass@k episodes differ from an unsliced panel's, greedy ones only where the env draws)."""
   env = env.for_eval() if callable(getattr(env, "for_eval", None)) else env
-  tasks = place(eval_tasks(env, num_tasks, seed))
+  tasks = eval_tasks(env, num_tasks, seed)
+  run = lambda cfg, key: rollout_in_slices(policy, params, env, tasks, key, cfg, pieces,
+                                           slice_tasks, place)
   key = jax.random.key(seed)
   out = {}
   g_cfg = dataclasses.replace(
       ecfg, group_size=1, gate=None, search=None,
       sampler=dataclasses.replace(ecfg.sampler, greedy=greedy))
-  batch, _ = run_rollout(policy, params, env, tasks, key, g_cfg, pieces)
+  batch = run(g_cfg, key)
   succ = jnp.any(batch.success, axis=1)
   out["eval/success"] = jnp.mean(succ.astype(jnp.float32))
   out["eval/reward"] = jnp.mean(jnp.sum(batch.reward * batch.valid, axis=1))
@@ -47,7 +52,7 @@ def evaluate(policy, params, env, pieces, ecfg: EpisodeConfig, *, num_tasks: int
   if k > 1:
     s_cfg = dataclasses.replace(g_cfg, group_size=k,
                                 sampler=dataclasses.replace(ecfg.sampler, greedy=False))
-    batch, _ = run_rollout(policy, params, env, tasks, jax.random.fold_in(key, 1), s_cfg, pieces)
+    batch = run(s_cfg, jax.random.fold_in(key, 1))
     s = jnp.any(batch.success, axis=1).reshape(num_tasks, k).astype(jnp.float32)
     out[f"eval/pass@{k}"] = jnp.mean(jnp.max(s, axis=1))
     out[f"eval/avg@{k}"] = jnp.mean(s)
@@ -59,6 +64,23 @@ def extras_metrics(batch, env, prefix: str) -> dict:
   `eval_extras` (e.g. the route env's worker calls), over valid turns."""
   return {f"{prefix}/{k}": jnp.mean(jnp.sum(batch.extras[k] * batch.valid, axis=1))
           for k in getattr(env, "eval_extras", ())}
+
+
+def rollout_in_slices(policy, params, env, tasks, key, cfg: EpisodeConfig, pieces,
+                      slice_tasks: int = 0, place=lambda x: x):
+  """The episodes of `tasks` (leading dim T) in one rollout, or `slice_tasks` tasks at a time
+  (slice i with fold_in(key, i); one compiled program, the slices the same size), joined
+  in task order: an EpisodeBatch of T * group_size episodes."""
+  n = jax.tree.leaves(tasks)[0].shape[0]
+  if not slice_tasks or slice_tasks >= n:
+    return run_rollout(policy, params, env, place(tasks), key, cfg, pieces)[0]
+  if n % slice_tasks:
+    raise ValueError(f"config.eval.slice_tasks={slice_tasks} must divide the panel's {n} tasks")
+  parts = [run_rollout(policy, params, env, place(jax.tree.map(lambda a: a[lo:lo + slice_tasks],
+                                                               tasks)),
+                       jax.random.fold_in(key, i), cfg, pieces)[0]
+           for i, lo in enumerate(range(0, n, slice_tasks))]
+  return jax.tree.map(lambda *a: jnp.concatenate(a), *parts)
 
 
 def run_rollout(policy, params, env, tasks, key, cfg: EpisodeConfig, pieces):
@@ -98,6 +120,7 @@ def evaluate_panels(c, policy, lm_params, setup, ecfg, place, variants=(), count
   for name, env, pieces, p in panels:
     terms = role_terms(env) if setup.agents.num > 1 else None
     m = evaluate(policy, p, env, pieces, ecfg, num_tasks=c.eval.num_tasks, seed=c.eval.seed,
-                 k=c.eval.k, greedy=c.eval.greedy, place=place, role_terms=terms)
+                 k=c.eval.k, greedy=c.eval.greedy, place=place, role_terms=terms,
+                 slice_tasks=c.eval.get("slice_tasks", 0))
     out.update({k.replace("eval/", f"eval/{name}/", 1) if name else k: v for k, v in m.items()})
   return to_host(out)

@@ -20,9 +20,9 @@ the rows): 89 -> 70 ms per layer of the benchmark model, and 3-6% off the whole 
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -49,37 +49,57 @@ def mask_to_bias(mask: jax.Array) -> jax.Array:
   return jnp.where(mask, 0.0, MASK_BIAS).astype(jnp.float32)
 
 
-@dataclasses.dataclass(frozen=True)
+@flax.struct.dataclass
 class BlockMask:
   """Who sees what, kept in its factors (the one mask rule of the three paths): query i of
   row b sees key slot s iff s is valid, s <= q_slot[b, i] (causal; no term when q_slot is
   None: a decode step, whose later slots are unwritten) and, on a sliding layer,
-  q_pos[b, i] - k_pos[b, s] < window. Each path builds its additive bias with `bias`;
-  the cached path's blocks are at most `prefill_chunk` queries (`Transformer._in_chunks`),
-  so their [B, L, S] bias is too.
+  q_pos[b, i] - k_pos[b, s] < window. Each path builds its additive bias with `bias`; the
+  cached path's blocks are at most `prefill_chunk` queries (`Transformer._in_chunks`), and
+  the training path's blocked core (`model.attention_block`) builds one key block's at a time.
 
   q_slot: [B, Q] int32 or None; valid: [B, S] bool; q_pos: [B, Q] int32 and k_pos: [B, S]
-  int32 (sliding layers only, else None); window: W of a sliding layer, else None.
+  int32 (sliding layers only, else None); window: W of a sliding layer, else None (static).
   """
   q_slot: Optional[jax.Array]
   valid: jax.Array
   q_pos: Optional[jax.Array] = None
   k_pos: Optional[jax.Array] = None
-  window: Optional[int] = None
+  window: Optional[int] = flax.struct.field(pytree_node=False, default=None)
 
   def rows(self, rows: jax.Array) -> "BlockMask":
-    """The mask of one query per batch row, rows [B] int32 (a block read at its last row)."""
-    take = lambda a: None if a is None else jnp.take_along_axis(a, rows[:, None], axis=1)
-    return dataclasses.replace(self, q_slot=take(self.q_slot), q_pos=take(self.q_pos))
+    """The mask of the query rows rows [B] (one a row: a block read at its last row) or
+    [B, K] (the scoring path's read rows)."""
+    idx = rows[:, None] if rows.ndim == 1 else rows
+    take = lambda a: None if a is None else jnp.take_along_axis(a, idx, axis=1)
+    return self.replace(q_slot=take(self.q_slot), q_pos=take(self.q_pos))
 
-  def bias(self) -> jax.Array:
-    """The additive bias of every query, [B, 1, 1, Q, S]."""
-    m = self.valid[:, None, :]
+  def cut(self, lo: int, hi: int) -> "BlockMask":
+    """Queries lo:hi against keys :hi (a causal query chunk of the full path; static)."""
+    part = lambda a, n: None if a is None else a[:, :n]
+    q = lambda a: None if a is None else a[:, lo:hi]
+    return self.replace(q_slot=q(self.q_slot), q_pos=q(self.q_pos), valid=part(self.valid, hi),
+                        k_pos=part(self.k_pos, hi))
+
+  def padded(self, keys: int) -> "BlockMask":
+    """Keys padded to `keys` slots, the new ones invalid (a blocked core's last block)."""
+    pad = keys - self.valid.shape[1]
+    grow = lambda a: None if a is None else jnp.pad(a, ((0, 0), (0, pad)))
+    return self.replace(valid=grow(self.valid), k_pos=grow(self.k_pos))
+
+  def bias(self, start=0, size: Optional[int] = None) -> jax.Array:
+    """The additive bias [B, 1, 1, Q, c] of every query over keys [start, start + c) (c =
+    size, default all; start may be traced: the slots' causal term counts from it)."""
+    valid, k_pos = self.valid, self.k_pos
+    if size is not None:
+      cut = lambda a: None if a is None else jax.lax.dynamic_slice_in_dim(a, start, size, 1)
+      valid, k_pos = cut(valid), cut(k_pos)
+    m = valid[:, None, :]
     if self.q_slot is not None:
-      slots = jnp.arange(self.valid.shape[1], dtype=jnp.int32)
+      slots = start + jnp.arange(valid.shape[1], dtype=jnp.int32)
       m = m & (slots[None, None, :] <= self.q_slot[:, :, None])
     if self.window is not None:
-      m = m & (self.q_pos[:, :, None] - self.k_pos[:, None, :] < self.window)
+      m = m & (self.q_pos[:, :, None] - k_pos[:, None, :] < self.window)
     return mask_to_bias(m)[:, None, None]
 
 
@@ -163,6 +183,24 @@ def _core_bwd(res, dy):
 attention_core.defvjp(_core_fwd, _core_bwd)
 
 
+def _rows_of(mask, lo: int, hi: int):
+  """The mask of the causal query chunk lo:hi over keys :hi (a bias: [B,1,R,1,hi])."""
+  return mask.cut(lo, hi) if isinstance(mask, BlockMask) else mask[:, :, 0, lo:hi, None, :hi]
+
+
+def _attend(q, k, v, mask, block: int) -> jax.Array:
+  """The training path's core over q [B,K,R,G,D], k, v [B,K,S,D]: `mask` is the R rows' bias
+  [B,1,R,1,S] (the dense `attention_core`, which saves the [R, S] probabilities), or their
+  BlockMask (`model.attention_block` > 0): keys `block` at a time
+  (`blocked_attention.blocked_core`, memory linear in S), dense when S fits one block."""
+  if not isinstance(mask, BlockMask):
+    return attention_core(q, k, v, mask)
+  if k.shape[2] <= block:
+    return attention_core(q, k, v, mask.bias()[:, :, 0, :, None, :])
+  from agent_rl.models.blocked_attention import blocked_core  # it builds on this module
+  return blocked_core(q, k, v, mask, block)
+
+
 class Attention(nnx.Module):
   """Weights: q [E,H,D], k/v [E,KVH,D], o [H,D,E]; optional q/k/v biases (Qwen2), optional
   q_norm/k_norm scales [D] (Qwen3, Gemma 3: RMSNorm per head, before RoPE).
@@ -176,6 +214,7 @@ class Attention(nnx.Module):
     pd = cfg.params_dtype
     self.num_heads, self.num_kv_heads, self.head_dim = h, kvh, d
     self.dtype = cfg.compute_dtype
+    self.attention_block = cfg.attention_block
     self.q = make_param(rngs, dense_init(e), (e, h, d), ("embed", "heads", "head_dim"), pd)
     self.k = make_param(rngs, dense_init(e), (e, kvh, d), ("embed", "kv_heads", "head_dim"), pd)
     self.v = make_param(rngs, dense_init(e), (e, kvh, d), ("embed", "kv_heads", "head_dim"), pd)
@@ -241,9 +280,10 @@ class Attention(nnx.Module):
       out = out + lora.delta(self, "o", y, self.lora_scale, out.dtype, key)
     return out
 
-  def full(self, x, cos, sin, bias, batch: int, key=None):
-    """Training/scoring path on flat rows. x: [B*L,E], cos/sin: [B*L,D/2], bias: [B,1,1,L,L]
-    -> [B*L,E] (`batch` = B). key: the layer's LoRA dropout key (training only) or None.
+  def full(self, x, cos, sin, mask, batch: int, key=None):
+    """Training/scoring path on flat rows. x: [B*L,E], cos/sin: [B*L,D/2], mask: the bias
+    [B,1,1,L,L] or, with `attention_block`, the BlockMask -> [B*L,E] (`batch` = B). key: the
+    layer's LoRA dropout key (training only) or None.
 
     Projections stay 2-D (XLA:CPU's backward of [B,L,E] @ [E,F] was ~2x slower). Queries go
     in `QUERY_CHUNKS` chunks, each scored only against the keys up to its own end, so the
@@ -258,15 +298,15 @@ class Attention(nnx.Module):
     # so both attention products (and their gradients) are plain batched GEMMs.
     q = q.reshape(batch, l, kvh, g, d).transpose(0, 2, 1, 3, 4)
     k, v = (a.reshape(batch, l, kvh, d).transpose(0, 2, 1, 3) for a in (k, v))
-    ys = [attention_core(q[:, :, lo:hi], k[:, :, :hi], v[:, :, :hi], bias[:, :, 0, lo:hi, None, :hi])
-          for lo, hi in _chunk_bounds(l, QUERY_CHUNKS)]
+    ys = [_attend(q[:, :, lo:hi], k[:, :, :hi], v[:, :, :hi], _rows_of(mask, lo, hi),
+                  self.attention_block) for lo, hi in _chunk_bounds(l, QUERY_CHUNKS)]
     y = ys[0] if len(ys) == 1 else jnp.concatenate(ys, axis=2)
     return self._out(y.transpose(0, 2, 1, 3, 4).reshape(t, kvh * g, d), key)
 
-  def full_rows(self, x, cos, sin, bias, batch: int, read):
+  def full_rows(self, x, cos, sin, mask, batch: int, read):
     """`full` with queries only at the read rows (scoring: a reward model's last layer).
 
-    x: [B*L,E], cos/sin: [B*L,D/2], bias: [B,1,1,L,L]; read [B,K] int32 positions in [0, L).
+    x: [B*L,E], cos/sin: [B*L,D/2], mask: as `full`'s; read [B,K] int32 positions in [0, L).
     Keys and values come from every row; query k of row b sits at position read[b, k].
     -> [B*K,E], equal to `full(...)` at those rows (up to GEMM blocking).
     """
@@ -276,8 +316,11 @@ class Attention(nnx.Module):
     q = jnp.take_along_axis(q.reshape(batch, l, kvh, g, d), read[:, :, None, None, None], axis=1)
     q = q.transpose(0, 2, 1, 3, 4)  # [B,KVH,K,G,D]
     k, v = (a.reshape(batch, l, kvh, d).transpose(0, 2, 1, 3) for a in (k, v))
-    bias = jnp.take_along_axis(bias[:, :, 0], read[:, None, :, None], axis=2)  # [B,1,K,L]
-    y = attention_core(q, k, v, bias[:, :, :, None, :])
+    if isinstance(mask, BlockMask):
+      mask = mask.rows(read)
+    else:
+      mask = jnp.take_along_axis(mask[:, :, 0], read[:, None, :, None], axis=2)[:, :, :, None]
+    y = _attend(q, k, v, mask, self.attention_block)
     return self._out(y.transpose(0, 2, 1, 3, 4).reshape(batch * kq, kvh * g, d))
 
   def cached(self, x, cos, sin, k_cache, v_cache, index, mask: BlockMask, rows=None):

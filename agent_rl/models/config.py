@@ -21,7 +21,7 @@ LAYER_TYPES = ("full", "sliding")
 # the backward (jax.checkpoint), keeping only the residual stream between blocks.
 REMAT = ("none", "block")
 # How a process computes with a model, not what the model is (ModelConfig.computing_as).
-COMPUTE_FIELDS = ("remat", "prefill_chunk")
+COMPUTE_FIELDS = ("remat", "prefill_chunk", "attention_block")
 
 
 class _Scaling:
@@ -159,6 +159,9 @@ class ModelConfig:
       in chunks of at most this many, so its scores are [B, heads, chunk, S] and its MLP
       [B, chunk, F], not [B, heads, L, S] and [B, L, F]; 0 writes the whole block at once.
       Changes memory and speed, not values.
+    attention_block: keys per block of the training (full) path's attention
+      (`blocked_attention`: saves each row's output and log-sum-exp, not its [heads, L, L]
+      probabilities); 0: the dense core. Changes memory and speed, not values.
   """
   vocab_size: int = 4096
   hidden: int = 256
@@ -186,6 +189,7 @@ class ModelConfig:
   lora: Optional[Any] = None
   remat: str = "none"
   prefill_chunk: int = 256
+  attention_block: int = 0
 
   def __post_init__(self):
     for f in ("vocab_size", "hidden", "num_layers", "num_heads", "num_kv_heads", "head_dim",
@@ -230,6 +234,10 @@ class ModelConfig:
       raise ValueError("ModelConfig.prefill_chunk must be an int >= 0 (0: the whole block), "
                        f"got {self.prefill_chunk!r}")
     object.__setattr__(self, "prefill_chunk", int(self.prefill_chunk))
+    if not _is_int(self.attention_block) or self.attention_block < 0:
+      raise ValueError("ModelConfig.attention_block must be an int >= 0 (0: the dense core), "
+                       f"got {self.attention_block!r}")
+    object.__setattr__(self, "attention_block", int(self.attention_block))
 
   def prefill_chunks(self, length: int) -> Tuple[int, int]:
     """(n, c): a cached block of `length` tokens is written in n chunks of c tokens a row,
@@ -242,7 +250,7 @@ class ModelConfig:
 
   def computing_as(self, other: "ModelConfig") -> "ModelConfig":
     """This model computed as `other` is (its COMPUTE_FIELDS): a run loading another run's
-    or a HF checkpoint's weights keeps its own remat and prefill chunks, which change memory
+    or a HF checkpoint's weights keeps its own remat, prefill chunks and attention blocks, which change memory
     and time, not the model, so they never make two configs differ."""
     return dataclasses.replace(self, **{f: getattr(other, f) for f in COMPUTE_FIELDS})
 

@@ -168,7 +168,10 @@ class Transformer(nnx.Module):
     ropes = self._rope(positions)
     # Query l sees valid keys 0..l (slot = sequence index).
     q_slot = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), positions.shape)
-    biases = {t: m.bias() for t, m in self._masks(q_slot, valid, positions, positions).items()}
+    masks = self._masks(q_slot, valid, positions, positions)
+    # The dense core reads one [B, L, L] bias a type, built once and shared by the layers;
+    # the blocked core (model.attention_block) builds each key block's from the factors.
+    biases = masks if self.cfg.attention_block else {t: m.bias() for t, m in masks.items()}
     # Rows flattened to [B*L, E] through the blocks: 2-D GEMMs in forward and backward.
     x = x.reshape(b * l, -1)
     ropes = {t: tuple(a.reshape(b * l, -1) for a in cs) for t, cs in ropes.items()}

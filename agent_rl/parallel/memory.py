@@ -5,15 +5,19 @@ Params and optimizer state are exact (shard shapes of the abstract state under t
 The KV cache is exact for the rollout's cache layout (K and V per layer, `[episodes, kv_heads,
 length, head_dim]` in the compute dtype, sharded over the batch and tensor axes). A prefill's
 temporaries (a windowed rollout prefills its whole window every turn) are an estimate of one
-layer's working set for one chunk (`model.prefill_chunk`), calibrated against XLA:CPU's
-compiled temporaries (0.84-1.4x of them at tiny, Qwen2.5-0.5B and -1.5B shapes, bf16 and f32,
-chunked and whole; 0.46x for short f32 blocks, where the per-token term is fused away): an
-evaluation rollout has its own episode count (`eval.num_tasks * eval.k`). Activations of the train step
-are an estimate of what backprop keeps alive without rematerialization (per layer and token:
-the residual, norms, q/k/v, attention output, the three MLP projections, plus the `[heads,
-L, L]` attention scores; and the logits with their softmax and gradient), so a config that
-will not fit is refused with the numbers instead of dying in the allocator after minutes of
-compilation.
+layer's working set for one chunk (`model.prefill_chunk`); XLA:CPU's compiled temporaries are
+0.84-0.95x of it at the tiny benchmark windows, 0.9-1.4x at 2-layer Qwen2.5 shapes, 1.9x at
+Qwen2.5-1.5B's 28 layers (more score buffers alive at once) and 0.46x for short float32
+blocks (benchmarks/prefill_chunks.py, tests/parallel/test_memory.py). An evaluation rollout
+has its own episode count (`eval.num_tasks` or `eval.slice_tasks`, times `eval.k`).
+Activations of the train step are an estimate of what backprop keeps alive (per layer and
+token: the residual, norms, q/k/v, attention output, the three MLP projections, plus the
+`[heads, L, L]` attention scores, or a log-sum-exp a row with `model.attention_block`; with
+`model.remat=block` only each block's input and one block; and the logits with their softmax
+and gradient, or one log-prob chunk's), so a config that will not fit is refused with the
+numbers instead of dying in the allocator after minutes of compilation. Beside them the update
+holds weight-sized trees (`update_weight_bytes`: the gradients, and with block remat the
+stacked layers and their gradient). Not counted: the compute-dtype copies of the weights.
 """
 from __future__ import annotations
 
@@ -82,7 +86,8 @@ def prefill_bytes(model_cfg: Any, episodes: int, length: int, mesh: Mesh, rules:
 def activation_bytes(model_cfg: Any, rows: int, length: int, mesh: Mesh, rules: Rules,
                      dtype=np.float32, logit_chunk: int = 0) -> int:
   """Estimated per-device activation bytes kept for backprop by one train step: each layer's
-  per-token activations and [heads, L, L] scores, or with `model_cfg.remat == "block"` each
+  per-token activations and [heads, L, L] scores (with `model_cfg.attention_block`, each
+  row's log-sum-exp and one key block's scores), or with `model_cfg.remat == "block"` each
   block's input and one block recomputed at a time; and the logits, their softmax and
   gradient, of every token or, chunked (`logit_chunk` tokens: models.logprobs), of one chunk.
   """
@@ -94,14 +99,29 @@ def activation_bytes(model_cfg: Any, rows: int, length: int, mesh: Mesh, rules: 
   mlp = local_size(model_cfg.intermediate, mesh, rules, "mlp")
   vocab = local_size(model_cfg.vocab_size, mesh, rules, "vocab")
   per_token_layer = 4 * h + (2 * heads + 2 * kv) * hd + 3 * mlp
-  scores = 2 * b * heads * length * length  # scores and probabilities
-  per_layer = tokens * per_token_layer + scores
+  block = getattr(model_cfg, "attention_block", 0)
+  if 0 < block < length:
+    # Blocked core: a layer keeps each row's log-sum-exp; one block's scores and
+    # probabilities are alive at a time, in one layer.
+    attn, once = b * heads * length, 2 * b * heads * length * block
+  else:
+    attn, once = 2 * b * heads * length * length, 0  # scores and probabilities
+  per_layer = tokens * per_token_layer + attn
   logits = 3 * (min(tokens, logit_chunk) if logit_chunk > 0 else tokens) * vocab
   if getattr(model_cfg, "remat", "none") == "block":
     layers = model_cfg.num_layers * tokens * h + per_layer
   else:
     layers = model_cfg.num_layers * per_layer
-  return (layers + logits) * np.dtype(dtype).itemsize
+  return (layers + once + logits) * np.dtype(dtype).itemsize
+
+
+def update_weight_bytes(params: int, remat: str = "none") -> int:
+  """Weight-sized temporaries of a train step beside the activations: the gradient tree, and
+  with `model.remat=block` the layers' weights stacked for the scan over blocks
+  (`transformer._remat_blocks`) and their stacked gradient. `params`: per-device param bytes.
+  (Qwen2.5-1.5B, block remat: XLA:CPU's gradient program is the activation estimate plus 2x
+  the params to 0.2%; benchmarks/attention_blocks.py.)"""
+  return params * (3 if remat == "block" else 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,12 +136,13 @@ class MemoryReport:
   budget_gib: float = 0.0
   prefill: int = 0
   eval_rollout: int = 0
+  update: int = 0
 
   @property
   def total(self) -> int:
     # Rollouts (KV cache and prefill), evaluation and the update do not overlap in time.
     return self.params + self.optimizer + max(self.kv_cache + self.prefill, self.eval_rollout,
-                                              self.activations)
+                                              self.activations + self.update)
 
   def text(self) -> str:
     g = lambda n: f"{n / GIB:.3f} GiB"
@@ -134,8 +155,10 @@ class MemoryReport:
              f"  rollout prefill   {g(self.prefill)} (estimate; model.prefill_chunk)",
              f"  eval rollout      {g(self.eval_rollout)} (estimate; KV cache + prefill)",
              f"  train activations {g(self.activations)} (estimate)",
+             f"  update weights    {g(self.update)} (gradients; block remat: stacked layers "
+             "and their gradients)",
              f"  peak              {g(self.total)} = params + optimizer + max(KV cache + "
-             "prefill, eval rollout, activations)"]
+             "prefill, eval rollout, activations + update weights)"]
     if self.budget_gib:
       lines.append(f"  budget            {self.budget_gib:.3f} GiB (config.mesh.memory_budget_gib)")
     return "\n".join(lines)
@@ -147,7 +170,9 @@ class MemoryReport:
           f"config.mesh.memory_budget_gib: the estimated peak of {self.total / GIB:.3f} GiB per "
           f"device exceeds the budget of {self.budget_gib:.3f} GiB\n{self.text()}\n"
           "Shard more (mesh.fsdp / mesh.tensor), or reduce rollout.num_tasks * group_size, "
-          "eval.num_tasks * eval.k, model.prefill_chunk or train.minibatch_episodes.")
+          "eval.num_tasks * eval.k (or eval.slice_tasks), model.prefill_chunk, "
+          "train.minibatch_episodes (or more train.microbatches; model.remat=block, "
+          "model.attention_block for long rows).")
 
 
 def report(*, mesh: Mesh, rules: Rules, params: Any, params_shardings: Any, optimizer: Any,
@@ -160,8 +185,10 @@ def report(*, mesh: Mesh, rules: Rules, params: Any, params_shardings: Any, opti
   rollout = lambda n: (kv_cache_bytes(model_cfg, n, cache_len, mesh, rules),
                        prefill_bytes(model_cfg, n, cache_len, mesh, rules))
   kv, pre = rollout(episodes)
+  params_bytes = tree_bytes_per_device(params, params_shardings)
   return MemoryReport(
-      mesh=dict(mesh.shape), params=tree_bytes_per_device(params, params_shardings),
+      mesh=dict(mesh.shape), params=params_bytes,
+      update=update_weight_bytes(params_bytes, getattr(model_cfg, "remat", "none")),
       optimizer=tree_bytes_per_device(optimizer, opt_shardings), kv_cache=kv, prefill=pre,
       eval_rollout=sum(rollout(eval_episodes)) if eval_episodes else 0,
       activations=activation_bytes(model_cfg, rows, length, mesh, rules, dtype, logit_chunk),
@@ -169,4 +196,4 @@ def report(*, mesh: Mesh, rules: Rules, params: Any, params_shardings: Any, opti
 
 
 __all__ = ["MemoryReport", "MemoryBudgetError", "report", "kv_cache_bytes", "activation_bytes",
-           "prefill_bytes", "tree_bytes_per_device", "shard_bytes"]
+           "prefill_bytes", "update_weight_bytes", "tree_bytes_per_device", "shard_bytes"]

@@ -10,6 +10,13 @@ from agent_rl.train.config import check_fields, lora_config
 from agent_rl.train.optim import check_phase_schedule
 
 
+def minibatch_rows(c: mlc.ConfigDict) -> int:
+  """Rows of one minibatch: its episodes, or in windowed history their turns (each turn is a
+  row of the window's length); `train.microbatches` slices these rows."""
+  return c.train.minibatch_episodes * (c.rollout.max_turns if c.rollout.history == "windowed"
+                                       else 1)
+
+
 def validate_config(c: mlc.ConfigDict) -> None:
   """Checks fields, values, registry names and kwargs; raises ValueError naming the field."""
   from agent_rl import credit, envs, losses  # noqa: registries
@@ -30,6 +37,10 @@ def validate_config(c: mlc.ConfigDict) -> None:
   lc = c.model.logprob_chunk
   need(isinstance(lc, int) and not isinstance(lc, bool) and lc >= -1, "model.logprob_chunk",
        f"must be an int >= -1 (-1 = auto, 0 = materialized logits), got {lc!r}")
+  for f, zero in (("prefill_chunk", "the whole block"), ("attention_block", "the dense core")):
+    v = c.model.get(f, 0)
+    need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"model.{f}",
+         f"must be an int >= 0 (0 = {zero}), got {v!r}")
   from agent_rl.models.config import REMAT
   need(c.model.remat in REMAT, "model.remat", f"must be {'|'.join(REMAT)}, got {c.model.remat!r}")
   for f in ("dtype", "param_dtype"):
@@ -66,10 +77,16 @@ def validate_config(c: mlc.ConfigDict) -> None:
        "train.minibatch_episodes",
        f"{c.train.minibatch_episodes} must divide num_tasks*group_size = {n}")
   k = c.train.get("microbatches", 1)
-  need(isinstance(k, int) and not isinstance(k, bool) and k >= 1
-       and c.train.minibatch_episodes % k == 0, "train.microbatches",
-       f"{k!r} must be an int >= 1 dividing train.minibatch_episodes "
-       f"({c.train.minibatch_episodes})")
+  rows = minibatch_rows(c)
+  need(isinstance(k, int) and not isinstance(k, bool) and k >= 1 and rows % k == 0,
+       "train.microbatches",
+       f"{k!r} must be an int >= 1 dividing a minibatch's {rows} rows (train.minibatch_episodes"
+       f"{' x rollout.max_turns: windowed rows are turns' if rows != c.train.minibatch_episodes else ''})")
+  st = c.eval.get("slice_tasks", 0)
+  need(isinstance(st, int) and not isinstance(st, bool) and st >= 0
+       and (st == 0 or c.eval.num_tasks % st == 0), "eval.slice_tasks",
+       f"{st!r} must be an int >= 0 (0: the whole panel at once) dividing eval.num_tasks "
+       f"({c.eval.num_tasks})")
   if c.sft.steps:
     need(c.sft.batch_size % k == 0, "train.microbatches",
          f"{k!r} must divide sft.batch_size ({c.sft.batch_size}): the SFT step is split too")
@@ -255,9 +272,9 @@ def _validate_mesh(c: mlc.ConfigDict, need) -> None:
        f"data x fsdp = {parts}")
   k = c.train.get("microbatches", 1)
   if isinstance(k, int) and k >= 1:  # the type is checked with the other train fields
-    need((c.train.minibatch_episodes // k) % parts == 0, "train.microbatches",
-         f"a micro-batch of {c.train.minibatch_episodes // k} episodes (minibatch_episodes / "
-         f"microbatches) cannot be split over mesh data x fsdp = {parts}")
+    need((minibatch_rows(c) // k) % parts == 0, "train.microbatches",
+         f"a micro-batch of {minibatch_rows(c) // k} rows (a minibatch's rows / microbatches) "
+         f"cannot be split over mesh data x fsdp = {parts}")
     if c.sft.steps:
       need((c.sft.batch_size // k) % parts == 0, "train.microbatches",
            f"an SFT micro-batch of {c.sft.batch_size // k} demos (sft.batch_size / "

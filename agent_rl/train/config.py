@@ -43,6 +43,10 @@ def base_config() -> mlc.ConfigDict:
       # window every turn, evaluation prompts), each chunk through all layers: its scores are
       # [B, heads, chunk, S] and MLP [B, chunk, F]; 0 = the whole block at once. The same values.
       prefill_chunk=256,
+      # Keys per block of the train step's attention (models/blocked_attention.py): each layer
+      # saves its rows' outputs and log-sum-exps, not their [heads, L, L] probabilities (memory
+      # linear in L; long windows at `full`); 0 = the dense core (faster for short rows on CPU).
+      attention_block=0,
       # LoRA (agent_rl.models.lora): rank 0 = off (full fine-tuning); rank > 0 trains only the
       # adapters (delta W = alpha / rank * A B) on these comma-listed projections, the base frozen.
       lora=mlc.ConfigDict(dict(rank=0, alpha=16.0, dropout=0.0, targets="q,k,v,o,gate,up,down")),
@@ -206,6 +210,9 @@ def base_config() -> mlc.ConfigDict:
   c.hindsight = mlc.ConfigDict(dict(mode="", beta=1.0, gap_clip=2.0, normalize=True))
   c.eval = mlc.ConfigDict(dict(
       num_tasks=64, seed=10_000, greedy=True, k=4,
+      # > 0: the panel rolls out this many tasks at a time (it must divide num_tasks): an
+      # evaluation's KV cache and prefill are one slice's (slice_tasks * k episodes).
+      slice_tasks=0,
       # Extra held-out panels: name -> env kwargs overriding env.kwargs (e.g. DealLite against
       # a scripted counterpart: {"fair": {"opponent": "fair"}}), reported as eval/<name>/...
       variant_kwargs=mlc.ConfigDict(),

@@ -31,6 +31,7 @@ from agent_rl.rollout.compiled import make_rollout
 from agent_rl.rollout.strategies import STRATEGIES
 from agent_rl.train import hindsight, lora_learner, phases, prefit, pretrained, sft
 from agent_rl.train.checkpoint import RunCheckpoint
+from agent_rl.train.checks import minibatch_rows
 from agent_rl.train.config import validate
 from agent_rl.train import teacher as teacher_lib
 from agent_rl.train.teacher import uses_teacher
@@ -175,7 +176,7 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
                        save_steps=save_steps(c))
   # Hyperparameters are bound before jit (static); the kernel compiles once per shape.
   credit_fn = jax.jit(functools.partial(credit_lib.get(c.credit.name), **dict(c.credit.kwargs)))
-  mb_rows = c.train.minibatch_episodes * (c.rollout.max_turns if ecfg.history == "windowed" else 1)
+  mb_rows = minibatch_rows(c)
   grad_metrics = functools.partial(agents.per_agent_norms, ag.mode, num=ag.num)
   micro = int(c.train.microbatches)
 
@@ -244,9 +245,9 @@ def startup_report(c, spec, optimizer, setup, roll_fn) -> str:
   shapes = getattr(roll_fn, "eval_shape", None) or functools.partial(jax.eval_shape, roll_fn)
   batch, _ = shapes(spec.lm_params, tasks, jax.random.key(0))
   n, length = batch.tokens.shape
-  rows = c.train.minibatch_episodes // c.train.microbatches  # one micro-batch is alive at a time
+  rows = minibatch_rows(c) // c.train.microbatches  # one micro-batch is alive at a time
   if batch.segment_len:
-    length, rows = batch.segment_len, rows * c.rollout.max_turns
+    length = batch.segment_len
   if setup.agents is not None and setup.agents.mode == "separate":  # every trained agent reads
     rows *= setup.agents.num - len(setup.agents.frozen)            # every row (routing.make_apply)
   rep = memory_report(mesh=place.mesh, rules=place.rules, params=spec.params,
@@ -254,7 +255,8 @@ def startup_report(c, spec, optimizer, setup, roll_fn) -> str:
                       model_cfg=setup.model_cfg, episodes=n, cache_len=length, rows=rows,
                       length=length, budget_gib=c.mesh.memory_budget_gib,
                       # every run evaluates (at its end at least); pass@k runs k per task
-                      eval_episodes=c.eval.num_tasks * max(1, c.eval.k),
+                      eval_episodes=(c.eval.get("slice_tasks", 0) or c.eval.num_tasks)
+                      * max(1, c.eval.k),
                       logit_chunk=logprob_chunk(int(c.model.logprob_chunk),
                                                 setup.model_cfg.vocab_size))
   if jax.process_index() == 0:

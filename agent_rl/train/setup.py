@@ -181,21 +181,23 @@ def model_config(c: mlc.ConfigDict, vocab_size: int) -> models.ModelConfig:
     kw = {k: c.model[k] for k in ("dtype", "param_dtype") if c.model.get(k)}
     cfg, _ = config_from_hf(c.model.init_from, **kw)
     return dataclasses.replace(cfg, remat=c.model.get("remat", "none"), lora=_lora(c),
-                               prefill_chunk=_prefill_chunk(c))
+                               **_compute_fields(c))
   over = {k: int(c.model[k]) for k in ("hidden", "num_layers", "num_heads", "num_kv_heads",
                                        "intermediate") if c.model[k]}
   if "hidden" in over and "num_heads" in over:
     over["head_dim"] = over["hidden"] // over["num_heads"]
   over.update({k: c.model[k] for k in ("dtype", "param_dtype") if c.model.get(k)})
   over["remat"] = c.model.get("remat", "none")
-  over["prefill_chunk"] = _prefill_chunk(c)
+  over.update(_compute_fields(c))
   over["lora"] = _lora(c)
   return models.get_preset(c.model.preset, vocab_size=vocab_size, **over)
 
 
-def _prefill_chunk(c: mlc.ConfigDict) -> int:
-  """`config.model.prefill_chunk` (ModelConfig's default in an older run's config)."""
-  return c.model.get("prefill_chunk", models.ModelConfig.prefill_chunk)
+def _compute_fields(c: mlc.ConfigDict) -> dict:
+  """`config.model.prefill_chunk` and `attention_block` (ModelConfig's defaults where an older
+  run's config lacks them)."""
+  return {f: c.model.get(f, getattr(models.ModelConfig, f))
+          for f in ("prefill_chunk", "attention_block")}
 
 
 def _lora(c: mlc.ConfigDict):

@@ -90,6 +90,11 @@ def minishop(c):
   return _windowed(c, tiny_turns=6, full_turns=15, tiny_window=0, tiny_action=40)
 
 
+# Turn rows a micro-batch of the world configs at `full` (verl's ppo_micro_batch_size_per_gpu is
+# 8-16 samples there); 8 x 4,096 tokens.
+FULL_MICRO_ROWS = 8
+
+
 def full_policy(c, preset: str = "qwen2.5-1.5b"):
   """The GiGPO paper's policy at `full`: Qwen2.5-1.5B-Instruct shape, bf16 over f32 masters,
   16 tasks x 8 rollouts, KL loss 0.01 low_var_kl [recalled from the paper, unverified]."""
@@ -98,6 +103,20 @@ def full_policy(c, preset: str = "qwen2.5-1.5b"):
   c.rollout.num_tasks, c.rollout.group_size = 16, 8
   c.rollout.temperature = 1.0
   c.loss.kl_coef, c.loss.kl_type = 0.01, "low_var_kl"
+  # Memory at this size (gigpo_texthouse:full, 2026-12-07). The update's rows are turns, each a
+  # 4,096-token window; a minibatch of 32 episodes x 50 turns in one piece was estimated at
+  # 92,310 GiB of activations (the dense core's [heads, L, L] probabilities of every row and
+  # layer). Micro-batches of FULL_MICRO_ROWS turns (the same update, train/step.py), blocks
+  # recomputed in the backward, attention in key blocks of 512 (models/blocked_attention.py).
+  # The held-out panel (256 tasks x pass@4) rolls out 32 tasks at a time: 128 episodes, the
+  # training rollout's size, not a 1,024-episode rollout's 230 GiB of KV cache and prefill.
+  # Call after the rollout's history and turns are set (the micro-batches count turn rows);
+  # the Sokoban configs' short concatenated episodes keep the defaults.
+  if c.rollout.history == "windowed":
+    from agent_rl.train.checks import minibatch_rows  # checks imports optax: only when called
+    c.model.remat, c.model.attention_block = "block", 512
+    c.train.microbatches = max(1, minibatch_rows(c) // FULL_MICRO_ROWS)
+    c.eval.slice_tasks = 32
   return c
 
 

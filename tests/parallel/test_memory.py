@@ -9,12 +9,12 @@ import optax
 import pytest
 from flax import nnx
 
-from agent_rl.models import ModelConfig, Transformer, init_cache, prefill
+from agent_rl.models import ModelConfig, Transformer, init_cache
 from agent_rl.parallel import (DEFAULT_RULES, init_sharded, make_mesh, optimizer_shardings,
                                state_shardings)
 from agent_rl.parallel.memory import (GIB, MemoryBudgetError, MemoryReport, activation_bytes,
                                       kv_cache_bytes, prefill_bytes, report,
-                                      tree_bytes_per_device)
+                                      tree_bytes_per_device, update_weight_bytes)
 
 CFG = ModelConfig(vocab_size=96, hidden=32, num_layers=2, num_heads=4, num_kv_heads=2,
                   head_dim=8, intermediate=64)
@@ -60,13 +60,9 @@ def test_kv_cache_bytes_by_hand():
 
 def _compiled_prefill_bytes(cfg, b: int, l: int) -> int:
   """XLA's temporaries of prefilling a whole l-token window read at its last row (the
-  rollout's call), the cache an output as in the rollout's loop."""
-  graphdef, state = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
-  tok = jnp.zeros((b, l), jnp.int32)
-  pos = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (b, l))
-  last = jnp.full((b,), l - 1, jnp.int32)
-  fn = jax.jit(lambda s, c: prefill(graphdef, s, tok, pos, jnp.ones((b, l), bool), c, last)[::2])
-  cache = jax.eval_shape(lambda: init_cache(cfg, b, l))
+  rollout's call; the cache an output, as in the rollout's loop)."""
+  from benchmarks.prefill_chunks import program
+  fn, state, cache = program(cfg, b, l)
   return fn.lower(state, cache).compile().memory_analysis().temp_size_in_bytes
 
 
@@ -89,6 +85,10 @@ def test_budget_refusal_names_field_and_numbers():
   assert dataclasses.replace(rep, prefill=3 * GIB).total == 6.5 * GIB
   assert dataclasses.replace(rep, prefill=GIB, eval_rollout=4 * GIB).total == 7 * GIB
   assert "eval rollout" in rep.text() and "rollout prefill" in rep.text()
+  # The update's weight-sized trees sit beside the activations: gradients, and with block remat
+  # the stacked layers and their gradient.
+  assert dataclasses.replace(rep, update=update_weight_bytes(GIB)).total == 7 * GIB
+  assert update_weight_bytes(GIB, "block") == 3 * GIB and "update weights" in rep.text()
   with pytest.raises(MemoryBudgetError, match=r"memory_budget_gib.*6\.000 GiB.*4\.000 GiB"):
     rep.check()
   MemoryReport(mesh={"data": 8}, params=GIB, optimizer=0, kv_cache=0, activations=0,
@@ -123,3 +123,8 @@ def test_activation_estimate_with_remat_and_chunked_logits():
   assert act(dataclasses.replace(CFG, remat="block")) == (2 * 20 * 32 + per_layer + 3 * 20 * 96) * 4
   # Chunked log-probs: one chunk's logits (never more than all of them).
   assert act(CFG, 8) == (2 * per_layer + 3 * 8 * 96) * 4 and act(CFG, 64) == act(CFG)
+  # Key blocks of 4: each layer keeps a log-sum-exp a row and head; one block's scores live.
+  blocked = 20 * per_token + 2 * 4 * 10
+  assert act(dataclasses.replace(CFG, attention_block=4)) == (
+      2 * blocked + 2 * 2 * 4 * 10 * 4 + 3 * 20 * 96) * 4
+  assert act(dataclasses.replace(CFG, attention_block=10)) == act(CFG)  # one block: dense

@@ -49,6 +49,10 @@ def test_base_config_is_valid():
     ("model.critic", "twin", "model.critic"),
     ("model.dtype", "fp8", "model.dtype"),
     ("model.param_dtype", "float64", "model.param_dtype"),
+    ("eval.slice_tasks", 7, "eval.slice_tasks"),  # does not divide eval.num_tasks = 64
+    ("eval.slice_tasks", -2, "eval.slice_tasks"),
+    ("model.attention_block", -1, "model.attention_block"),
+    ("model.prefill_chunk", -1, "model.prefill_chunk"),
 ])
 def test_bad_values_name_the_field(field, value, needle):
   with pytest.raises(ValueError, match=needle.replace(".", r"\.")):

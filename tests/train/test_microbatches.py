@@ -79,8 +79,18 @@ def test_bad_microbatches_are_refused_naming_the_field():
   c = tiny_config()
   c.train.minibatch_episodes, c.train.microbatches = 4, 3
   with pytest.raises(ValueError, match=r"config.train.microbatches: 3 must be an int >= 1 "
-                                       r"dividing train.minibatch_episodes \(4\)"):
+                                       r"dividing a minibatch's 4 rows \(train.minibatch_episodes\)"):
     validate(c)
+  # Windowed rows are turns: a minibatch of 4 episodes x 5 turns slices into 20, 10, 4, ...
+  w = tiny_config()
+  w.rollout.history, w.rollout.max_turns, w.train.minibatch_episodes = "windowed", 5, 4
+  for ok in (20, 10, 5):
+    w.train.microbatches = ok
+    validate(w)
+  w.train.microbatches = 8
+  with pytest.raises(ValueError, match=r"dividing a minibatch's 20 rows \(train.minibatch_episodes "
+                                       r"x rollout.max_turns"):
+    validate(w)
   c.train.microbatches, c.sft.steps, c.sft.batch_size = 2, 2, 3
   with pytest.raises(ValueError, match=r"config.train.microbatches: 2 must divide sft.batch_size"):
     validate(c)
