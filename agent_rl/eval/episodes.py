@@ -178,22 +178,28 @@ def render_episodes(batch: EpisodeBatch, tokenizer: Any, num: int = 3,
 
 def held_out_episodes(policy, params, env, pieces: PromptPieces, ecfg, tokenizer, *,
                       num_tasks: int, seed: int, num: int = 3, greedy: bool = True,
-                      place=lambda x: x) -> list[str]:
+                      place=lambda x: x, slice_tasks: int = 0) -> list[str]:
   """Rendered greedy episodes on the held-out eval tasks (`config.eval.seed`).
 
   Runs the same rollout program as `evaluate`'s greedy pass (same config and shapes, so
   the compiled executable is reused) and renders its first `num` episodes: the report's
-  "before" and "after" show the same held-out tasks that `eval/success` scores.
+  "before" and "after" show the same held-out tasks that `eval/success` scores. With
+  `slice_tasks` (`config.eval.slice_tasks`) only the first slices that hold `num` episodes
+  roll out, as `evaluate` rolls them (its memory, its episodes).
   """
   from agent_rl.envs.tasks import eval_tasks
-  from agent_rl.eval.evaluate import run_rollout
+  from agent_rl.eval.evaluate import rollout_in_slices
   import jax
 
   g_cfg = dataclasses.replace(ecfg, group_size=1, gate=None, search=None,
                               sampler=dataclasses.replace(ecfg.sampler, greedy=greedy))
   env = env.for_eval() if callable(getattr(env, "for_eval", None)) else env  # host envs
-  tasks = place(eval_tasks(env, num_tasks, seed))
-  batch, _ = run_rollout(policy, params, env, tasks, jax.random.key(seed), g_cfg, pieces)
+  tasks = eval_tasks(env, num_tasks, seed)
+  if slice_tasks:
+    take = min(num_tasks, slice_tasks * -(-max(num, 1) // slice_tasks))
+    tasks = jax.tree.map(lambda a: a[:take], tasks)
+  batch = rollout_in_slices(policy, params, env, tasks, jax.random.key(seed), g_cfg, pieces,
+                            slice_tasks, place)
   if jax.process_count() > 1:  # rows live on several hosts: gather them (collective)
     from jax.experimental import multihost_utils
     batch = multihost_utils.process_allgather(batch, tiled=True)
@@ -205,4 +211,5 @@ def config_episodes(c, policy, params, setup, ecfg, place, num: int) -> list[str
   pieces and tokenizer): the run's report and `train.evaluate --episodes` render the same."""
   return held_out_episodes(policy, params, setup.env, setup.pieces, ecfg, setup.tokenizer,
                            num_tasks=c.eval.num_tasks, seed=c.eval.seed, num=num,
-                           greedy=c.eval.greedy, place=place)
+                           greedy=c.eval.greedy, place=place,
+                           slice_tasks=c.eval.get("slice_tasks", 0))

@@ -68,11 +68,11 @@ def extras_metrics(batch, env, prefix: str) -> dict:
 
 def rollout_in_slices(policy, params, env, tasks, key, cfg: EpisodeConfig, pieces,
                       slice_tasks: int = 0, place=lambda x: x):
-  """The episodes of `tasks` (leading dim T) in one rollout, or `slice_tasks` tasks at a time
-  (slice i with fold_in(key, i); one compiled program, the slices the same size), joined
-  in task order: an EpisodeBatch of T * group_size episodes."""
+  """The episodes of `tasks` (leading dim T) in one rollout (slice_tasks 0), or `slice_tasks`
+  tasks at a time (slice i with fold_in(key, i), one slice included; one compiled program,
+  the slices the same size), joined in task order: an EpisodeBatch of T * group_size."""
   n = jax.tree.leaves(tasks)[0].shape[0]
-  if not slice_tasks or slice_tasks >= n:
+  if not slice_tasks:
     return run_rollout(policy, params, env, place(tasks), key, cfg, pieces)[0]
   if n % slice_tasks:
     raise ValueError(f"config.eval.slice_tasks={slice_tasks} must divide the panel's {n} tasks")

@@ -14,9 +14,9 @@ is tested on CPU; a fused kernel (cuDNN, Pallas splash attention) would also avo
 block's scores to memory, and is the accelerator's next step.
 
 `model.attention_block` (keys per block; 0: the dense core) selects it (`attention._attend`).
-Rows with no valid key (padding queries, whose outputs nothing reads) average the padded key
-blocks too, where the dense core averages only the real keys; every other row is the same up
-to rounding (tested against the dense core and a NumPy softmax, values and gradients).
+Rows with no valid key (padding queries, whose outputs nothing reads) output 0 with a zero
+gradient, where the dense core averages the keys uniformly; every other row is the same up to
+rounding (tested against the dense core and a NumPy softmax, values and gradients).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from agent_rl.models.attention import BlockMask, _contract_rows
+from agent_rl.models.attention import MASK_BIAS, BlockMask, _contract_rows
 
 
 def key_blocks(length: int, block: int) -> tuple[int, int]:
@@ -86,8 +86,12 @@ def _fwd(q, k, v, mask, block):
   init = (jnp.full(rows, -jnp.inf, jnp.float32), jnp.zeros(rows, jnp.float32),
           jnp.zeros(rows + (d,), jnp.float32))
   (m, l, acc), _ = jax.lax.scan(body, init, (kb, vb, starts))
-  y = (acc / l[..., None]).astype(q.dtype)
-  return y.reshape(q.shape), (qm, k, v, mask, y, m + jnp.log(l))
+  # A row with no valid key (every score ~MASK_BIAS; m + log(l) would round back to MASK_BIAS
+  # and the backward see p = 1 for every key) outputs 0 and gets an infinite log-sum-exp, so
+  # its backward probabilities are 0: the gradient of what it outputs.
+  dead = m < MASK_BIAS / 2
+  y = jnp.where(dead[..., None], 0.0, acc / l[..., None]).astype(q.dtype)
+  return y.reshape(q.shape), (qm, k, v, mask, y, jnp.where(dead, jnp.inf, m + jnp.log(l)))
 
 
 def _bwd(block, res, dy):

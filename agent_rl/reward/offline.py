@@ -109,7 +109,8 @@ def train_preference_policy(c: mlc.ConfigDict, workdir: str) -> dict:
       h = ratio[d.held_pairs[:, 0]] - ratio[d.held_pairs[:, 1]]
       ev = to_host(evaluate(policy, p["lm"], setup.env, setup.pieces, ecfg,
                             num_tasks=c.eval.num_tasks, seed=c.eval.seed, k=c.eval.k,
-                            greedy=c.eval.greedy, place=place.batch))
+                            greedy=c.eval.greedy, place=place.batch,
+                            slice_tasks=c.eval.get("slice_tasks", 0)))
       return {"eval/pref_accuracy": float(np.mean((h > 0) + 0.5 * (h == 0))), **ev}
 
     writer = MetricWriter.from_config(c, workdir)

@@ -106,12 +106,15 @@ def full_policy(c, preset: str = "qwen2.5-1.5b"):
   # Memory at this size (gigpo_texthouse:full, 2026-12-07). The update's rows are turns, each a
   # 4,096-token window; a minibatch of 32 episodes x 50 turns in one piece was estimated at
   # 92,310 GiB of activations (the dense core's [heads, L, L] probabilities of every row and
-  # layer). Micro-batches of FULL_MICRO_ROWS turns (the same update, train/step.py), blocks
+  # layer). Micro-batches of FULL_MICRO_ROWS turns (gradient accumulation in train/step.py:
+  # one update, the slices' aggregated losses averaged as verl's micro-batches are), blocks
   # recomputed in the backward, attention in key blocks of 512 (models/blocked_attention.py).
   # The held-out panel (256 tasks x pass@4) rolls out 32 tasks at a time: 128 episodes, the
   # training rollout's size, not a 1,024-episode rollout's 230 GiB of KV cache and prefill.
   # Call after the rollout's history and turns are set (the micro-batches count turn rows);
-  # the Sokoban configs' short concatenated episodes keep the defaults.
+  # the Sokoban configs' short concatenated episodes keep the defaults. train.microbatches is
+  # fixed here: overriding max_turns, minibatch_episodes or adding SFT steps at `full` needs a
+  # train.microbatches dividing the new rows (and sft.batch_size; the validation names it).
   if c.rollout.history == "windowed":
     from agent_rl.train.checks import minibatch_rows  # checks imports optax: only when called
     c.model.remat, c.model.attention_block = "block", 512

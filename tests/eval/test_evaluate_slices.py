@@ -31,6 +31,15 @@ def test_greedy_slices_equal_the_whole_panel(setup):
   assert set(a) == set(b) and 0.0 <= float(b["eval/avg@2"]) <= float(b["eval/pass@2"]) <= 1.0
 
 
+def test_rendered_episodes_roll_out_the_first_slices_only(setup):
+  tok, env, policy, params, cfg, tasks, pieces = setup
+  from agent_rl.eval.episodes import held_out_episodes
+  kw = dict(num_tasks=4, seed=3, num=2)
+  whole = held_out_episodes(policy, params, env, pieces, cfg, tok, **kw)
+  assert held_out_episodes(policy, params, env, pieces, cfg, tok, slice_tasks=2, **kw) == whole
+  assert len(whole) == 2
+
+
 def test_a_slice_that_does_not_divide_the_panel_is_refused(setup):
   _, env, policy, params, cfg, tasks, pieces = setup
   with pytest.raises(ValueError, match="slice_tasks=3"):

@@ -87,15 +87,22 @@ def test_gradient_matches_finite_differences():
   assert g[idx] == pytest.approx(fd, rel=2e-2, abs=2e-3)
 
 
-def test_a_row_without_keys_stays_finite_and_the_others_equal():
+def test_a_row_without_keys_outputs_zero_and_passes_no_gradient():
+  """A padding query (no valid key) outputs 0 and contributes no gradient: the gradients with
+  a cotangent at that row equal those without it, and the dense core's without it."""
   q, k, v, mask, bias, dy = _inputs(3, masked_row=True)
   y, vjp = jax.vjp(lambda *a: blocked_core(*a, mask, 4), q, k, v)
-  grads = vjp(dy)
-  assert all(bool(jnp.all(jnp.isfinite(a))) for a in (y, *grads))
-  want = _numpy_attention(q, k, v, bias)
+  np.testing.assert_array_equal(np.asarray(y)[1, :, 2], 0.0)
   keep = np.ones((B, K, R, G, D), bool)
   keep[1, :, 2] = False
+  want = _numpy_attention(q, k, v, bias)
   np.testing.assert_allclose(np.asarray(y)[keep], want[keep], rtol=1e-5, atol=1e-5)
+  quiet = jnp.where(jnp.asarray(keep), dy, 0.0)
+  dense = jax.vjp(lambda *a: attention_core(*a, bias), q, k, v)[1](quiet)
+  for name, a, b, c in zip("qkv", vjp(dy), vjp(quiet), dense):
+    assert bool(jnp.all(jnp.isfinite(a))), name
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7, err_msg=name)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(c), rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def test_bfloat16_close_to_the_dense_core():
