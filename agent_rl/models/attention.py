@@ -54,9 +54,10 @@ class BlockMask:
   """Who sees what, kept in its factors (the one mask rule of the three paths): query i of
   row b sees key slot s iff s is valid, s <= q_slot[b, i] (causal; no term when q_slot is
   None: a decode step, whose later slots are unwritten) and, on a sliding layer,
-  q_pos[b, i] - k_pos[b, s] < window. Each path builds its additive bias with `bias`; the
-  cached path's blocks are at most `prefill_chunk` queries (`Transformer._in_chunks`), and
-  the training path's blocked core (`model.attention_block`) builds one key block's at a time.
+  q_pos[b, i] - k_pos[b, s] < window. Each path builds its additive bias with `bias`, once a
+  call and shared by the layers; the cached path's blocks are at most `prefill_chunk` queries
+  (`Transformer._in_chunks`), and the training path's blocked core (`model.attention_block`)
+  builds one key block's at a time.
 
   q_slot: [B, Q] int32 or None; valid: [B, S] bool; q_pos: [B, Q] int32 and k_pos: [B, S]
   int32 (sliding layers only, else None); window: W of a sliding layer, else None (static).
@@ -68,10 +69,8 @@ class BlockMask:
   window: Optional[int] = flax.struct.field(pytree_node=False, default=None)
 
   def rows(self, rows: jax.Array) -> "BlockMask":
-    """The mask of the query rows rows [B] (one a row: a block read at its last row) or
-    [B, K] (the scoring path's read rows)."""
-    idx = rows[:, None] if rows.ndim == 1 else rows
-    take = lambda a: None if a is None else jnp.take_along_axis(a, idx, axis=1)
+    """The mask of the query rows rows [B, K] (the scoring path's read rows)."""
+    take = lambda a: None if a is None else jnp.take_along_axis(a, rows, axis=1)
     return self.replace(q_slot=take(self.q_slot), q_pos=take(self.q_pos))
 
   def cut(self, lo: int, hi: int) -> "BlockMask":
@@ -323,10 +322,11 @@ class Attention(nnx.Module):
     y = _attend(q, k, v, mask, self.attention_block)
     return self._out(y.transpose(0, 2, 1, 3, 4).reshape(batch * kq, kvh * g, d))
 
-  def cached(self, x, cos, sin, k_cache, v_cache, index, mask: BlockMask, rows=None):
+  def cached(self, x, cos, sin, k_cache, v_cache, index, bias, rows=None):
     """Block of L tokens written at slot `index`.
 
-    x: [B,L,E]; k_cache [B,KVH,D,S]; v_cache [B,KVH,S,D]; mask: the block's BlockMask.
+    x: [B,L,E]; k_cache [B,KVH,D,S]; v_cache [B,KVH,S,D]; bias [B,1,1,L,S] (the block's
+    `BlockMask.bias()`, built once and shared by the layers).
     rows: optional [B] int32, the one query row per batch row whose output is needed.
     Returns y [B,L,E] ([B,1,E] with rows) and the updated caches (all L rows written).
     The caller bounds L (`Transformer._in_chunks`: a long block goes `prefill_chunk` tokens
@@ -335,7 +335,7 @@ class Attention(nnx.Module):
     q, k, v = self._qkv(x, cos, sin)
     if rows is not None:
       q = jnp.take_along_axis(q, rows[:, None, None, None, None], axis=1)
-      mask = mask.rows(rows)
+      bias = jnp.take_along_axis(bias, rows[:, None, None, None, None], axis=3)
     zero = jnp.zeros((), jnp.int32)
     k_cache = jax.lax.dynamic_update_slice(
         k_cache, jnp.transpose(k, (0, 2, 3, 1)).astype(k_cache.dtype), (zero, zero, zero, index))
@@ -343,7 +343,7 @@ class Attention(nnx.Module):
         v_cache, jnp.transpose(v, (0, 2, 1, 3)).astype(v_cache.dtype), (zero, zero, index, zero))
     kc, vc = k_cache.astype(self.dtype), v_cache.astype(self.dtype)
     s = _scores(q, kc, "blkgd,bkds->bkgls")
-    p = _softmax(s, mask.bias()).astype(self.dtype)
+    p = _softmax(s, bias).astype(self.dtype)
     y = jnp.einsum("bkgls,bksd->blkgd", p, vc)
     return self._out(y.reshape(*y.shape[:2], -1, self.head_dim)), k_cache, v_cache
 

@@ -230,14 +230,11 @@ class ModelConfig:
       object.__setattr__(self, f, name)
     if self.remat not in REMAT:
       raise ValueError(f"ModelConfig.remat must be one of {REMAT}, got {self.remat!r}")
-    if not _is_int(self.prefill_chunk) or self.prefill_chunk < 0:
-      raise ValueError("ModelConfig.prefill_chunk must be an int >= 0 (0: the whole block), "
-                       f"got {self.prefill_chunk!r}")
-    object.__setattr__(self, "prefill_chunk", int(self.prefill_chunk))
-    if not _is_int(self.attention_block) or self.attention_block < 0:
-      raise ValueError("ModelConfig.attention_block must be an int >= 0 (0: the dense core), "
-                       f"got {self.attention_block!r}")
-    object.__setattr__(self, "attention_block", int(self.attention_block))
+    for f, zero in (("prefill_chunk", "the whole block"), ("attention_block", "the dense core")):
+      v = getattr(self, f)
+      if not _is_int(v) or v < 0:
+        raise ValueError(f"ModelConfig.{f} must be an int >= 0 (0: {zero}), got {v!r}")
+      object.__setattr__(self, f, int(v))
 
   def prefill_chunks(self, length: int) -> Tuple[int, int]:
     """(n, c): a cached block of `length` tokens is written in n chunks of c tokens a row,

@@ -234,10 +234,10 @@ class Transformer(nnx.Module):
             jax.lax.dynamic_update_slice(cache.pos, positions, (zero, index)))
     # Query l of the block sits at slot index + l: it sees valid slots up to its own.
     q_slot = jnp.broadcast_to(index + jnp.arange(l, dtype=jnp.int32), positions.shape)
-    masks = self._masks(q_slot, cvalid, positions, cpos)
+    biases = {t: m.bias() for t, m in self._masks(q_slot, cvalid, positions, cpos).items()}
     x, ks, vs = self._cached_layers(
         x, lambda blk, h, k, v, q_rows: blk.attn.cached(
-            h, *ropes[blk.layer_type], k, v, index, masks[blk.layer_type], q_rows),
+            h, *ropes[blk.layer_type], k, v, index, biases[blk.layer_type], q_rows),
         cache, rows)
     new_cache = KVCache(k=ks, v=vs, valid=cvalid, index=index + l, pos=cpos)
     return (x if rows is None else x[:, 0]), new_cache

@@ -67,6 +67,15 @@ def kv_cache_bytes(model_cfg: Any, episodes: int, length: int, mesh: Mesh, rules
   return 2 * model_cfg.num_layers * b * kv * length * model_cfg.head_dim * np.dtype(dtype).itemsize
 
 
+def _layer_terms(model_cfg: Any, mesh: Mesh, rules: Rules) -> tuple[int, int]:
+  """(local heads, elements a token keeps in one layer: the residual and norms, q/k/v, the
+  attention output and the three MLP projections), per device."""
+  heads = local_size(model_cfg.num_heads, mesh, rules, "heads")
+  kv = local_size(model_cfg.num_kv_heads, mesh, rules, "kv_heads")
+  mlp = local_size(model_cfg.intermediate, mesh, rules, "mlp")
+  return heads, 4 * model_cfg.hidden + (2 * heads + 2 * kv) * model_cfg.head_dim + 3 * mlp
+
+
 def prefill_bytes(model_cfg: Any, episodes: int, length: int, mesh: Mesh, rules: Rules) -> int:
   """Estimated per-device temporaries of prefilling a `length`-token block into a cache of
   `length` slots (a window, the rollout's worst case), c tokens a row at a time
@@ -75,10 +84,7 @@ def prefill_bytes(model_cfg: Any, episodes: int, length: int, mesh: Mesh, rules:
   dtype."""
   b = local_size(episodes, mesh, rules, "batch")
   _, c = model_cfg.prefill_chunks(length)
-  heads = local_size(model_cfg.num_heads, mesh, rules, "heads")
-  kv = local_size(model_cfg.num_kv_heads, mesh, rules, "kv_heads")
-  mlp = local_size(model_cfg.intermediate, mesh, rules, "mlp")
-  per_token = 4 * model_cfg.hidden + (2 * heads + 2 * kv) * model_cfg.head_dim + 3 * mlp
+  heads, per_token = _layer_terms(model_cfg, mesh, rules)
   scores = (2 * heads + 1) * b * c * length * 4
   return scores + b * c * per_token * np.dtype(model_cfg.compute_dtype).itemsize
 
@@ -93,12 +99,9 @@ def activation_bytes(model_cfg: Any, rows: int, length: int, mesh: Mesh, rules: 
   """
   b = local_size(rows, mesh, rules, "batch")
   tokens = b * length
-  h, hd = model_cfg.hidden, model_cfg.head_dim
-  heads = local_size(model_cfg.num_heads, mesh, rules, "heads")
-  kv = local_size(model_cfg.num_kv_heads, mesh, rules, "kv_heads")
-  mlp = local_size(model_cfg.intermediate, mesh, rules, "mlp")
+  h = model_cfg.hidden
   vocab = local_size(model_cfg.vocab_size, mesh, rules, "vocab")
-  per_token_layer = 4 * h + (2 * heads + 2 * kv) * hd + 3 * mlp
+  heads, per_token_layer = _layer_terms(model_cfg, mesh, rules)
   block = getattr(model_cfg, "attention_block", 0)
   if 0 < block < length:
     # Blocked core: a layer keeps each row's log-sum-exp; one block's scores and

@@ -180,24 +180,23 @@ def model_config(c: mlc.ConfigDict, vocab_size: int) -> models.ModelConfig:
     from agent_rl.models.hf_import import config_from_hf
     kw = {k: c.model[k] for k in ("dtype", "param_dtype") if c.model.get(k)}
     cfg, _ = config_from_hf(c.model.init_from, **kw)
-    return dataclasses.replace(cfg, remat=c.model.get("remat", "none"), lora=_lora(c),
-                               **_compute_fields(c))
+    return dataclasses.replace(cfg, lora=_lora(c), **_compute_fields(c))
   over = {k: int(c.model[k]) for k in ("hidden", "num_layers", "num_heads", "num_kv_heads",
                                        "intermediate") if c.model[k]}
   if "hidden" in over and "num_heads" in over:
     over["head_dim"] = over["hidden"] // over["num_heads"]
   over.update({k: c.model[k] for k in ("dtype", "param_dtype") if c.model.get(k)})
-  over["remat"] = c.model.get("remat", "none")
   over.update(_compute_fields(c))
   over["lora"] = _lora(c)
   return models.get_preset(c.model.preset, vocab_size=vocab_size, **over)
 
 
 def _compute_fields(c: mlc.ConfigDict) -> dict:
-  """`config.model.prefill_chunk` and `attention_block` (ModelConfig's defaults where an older
-  run's config lacks them)."""
-  return {f: c.model.get(f, getattr(models.ModelConfig, f))
-          for f in ("prefill_chunk", "attention_block")}
+  """How the run computes (`models.config.COMPUTE_FIELDS`: remat, prefill_chunk,
+  attention_block) from `config.model`, ModelConfig's defaults where an older run's config
+  lacks them."""
+  from agent_rl.models.config import COMPUTE_FIELDS
+  return {f: c.model.get(f, getattr(models.ModelConfig, f)) for f in COMPUTE_FIELDS}
 
 
 def _lora(c: mlc.ConfigDict):
