@@ -20,6 +20,7 @@ Writes benchmarks/results/length_buckets.json and prints it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import tempfile
@@ -56,11 +57,15 @@ def _filled(rows) -> np.ndarray:
       rows.attention_mask, rows.loss_mask))
 
 
-def bench(spec: str, bucket: int, rounds: int) -> dict:
+@contextlib.contextmanager
+def first_batch(spec: str):
+  """(config, placement, workdir, run, its first RL batch): the run's own `build_run` and
+  `phases.rl_batch` of the initial policy, in a temporary workdir; the run's checkpoint
+  manager and env closed at exit."""
   from agent_rl.parallel.placement import make_placement
-  from agent_rl.train import buckets, phases, sft
+  from agent_rl.train import phases
   from agent_rl.train.run import build_run
-  from agent_rl.train.state import copy_tree, init_params
+  from agent_rl.train.state import init_params
 
   c = config_of(spec)
   place = make_placement(c.mesh)
@@ -68,7 +73,18 @@ def bench(spec: str, bucket: int, rounds: int) -> dict:
     r = build_run(c, wd, place)
     prog = phases.initial_progress(r, init_params(r.spec))
     prog = phases.start_rl(r, prog.state.params, prog.meta)
-    out = phases.rl_batch(r, prog, 0)
+    yield c, place, wd, r, phases.rl_batch(r, prog, 0)
+    r.ckpt.close()
+    close = getattr(r.setup.env, "close", None)
+    if close is not None:
+      close()
+
+
+def bench(spec: str, bucket: int, rounds: int) -> dict:
+  from agent_rl.train import buckets, sft
+  from agent_rl.train.state import copy_tree
+
+  with first_batch(spec) as (c, place, wd, r, out):
     rows, key = out.rows, out.key
     cut, full = buckets.cut(rows, bucket)
     filled = _filled(rows)
@@ -105,10 +121,6 @@ def bench(spec: str, bucket: int, rounds: int) -> dict:
           "speedup_cpu": s["whole"][1] / s["cut"][1],
           "loss_whole": float(s_out["whole"]["sft/loss"]),
           "loss_cut": float(s_out["cut"]["sft/loss"])}
-    r.ckpt.close()
-    close = getattr(r.setup.env, "close", None)
-    if close is not None:
-      close()
   return out
 
 

@@ -9,8 +9,9 @@
 Policy losses share one signature (see `losses.base`); importing this package registers them.
 """
 from agent_rl.losses import cov, policy, turn_ratio  # noqa: F401  (registration side effects)
-from agent_rl.losses.base import (AGG_MODES, LOSSES, agg_loss, entropy_from_logits, entropy_loss,
-                                  get, masked_mean, names, register, token_logprobs)
+from agent_rl.losses.base import (AGG_MODES, LOSSES, Counts, agg_loss, entropy_from_logits,
+                                  entropy_loss, get, mask_counts, masked_mean, names, register,
+                                  token_logprobs)
 from agent_rl.losses.distill import (hindsight_gap_advantages, logits_kl, logits_kl_loss,
                                      reverse_kl_advantage, sampled_kl_loss)
 from agent_rl.losses.kl import (KL_ESTIMATORS, actor_loss, kl_loss,

@@ -18,7 +18,7 @@ Positions with mask 0 may hold any finite value (padding, prompt, observation to
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -120,6 +120,39 @@ def agg_loss(loss_mat: jax.Array, mask: jax.Array, mode: str = "token-mean", *,
   m = mask.astype(loss_mat.dtype)
   return AGG_MODES[mode](masked(loss_mat, m), m, num_tokens=num_tokens, num_seqs=num_seqs,
                          scale=scale)
+
+
+def local_counts(fn: Callable) -> Callable:
+  """Marks a policy loss that aggregates with its own batch's counts (rows, turns) and ignores
+  `num_tokens` / `num_seqs`: a micro-batch's value is then weighted by its share of the
+  minibatch's rows (`objective.terms.policy_term`), verl's micro-batch convention; exact for a
+  mean over all rows (geo_mean) and when the slices hold equal numbers of the loss's items
+  (reinforce's and sorl's non-empty turns), a reweighting otherwise."""
+  fn.local_counts = True
+  return fn
+
+
+class Counts(NamedTuple):
+  """A whole minibatch's aggregation counts (scalars), for a loss computed a micro-batch at a
+  time (`train.step`, gradient accumulation): `agg_loss(..., **counts.agg())` over a slice
+  then sums, over the slices, to the whole minibatch's loss (ALGORITHMS.md §1.10's global
+  `batch_num_tokens` / `global_batch_size`). num_rows: the minibatch's rows, for terms that
+  average over rows (DPO's pairs)."""
+  num_tokens: jax.Array
+  num_seqs: jax.Array
+  num_rows: int
+
+  def agg(self) -> dict:
+    """`agg_loss`'s / a policy loss's count kwargs."""
+    return {"num_tokens": self.num_tokens, "num_seqs": self.num_seqs}
+
+
+def mask_counts(mask: jax.Array) -> Counts:
+  """Counts of a `[B, L]` loss mask: Σm (a float mask's weights summed) and the number of
+  rows with Σ_t m > 0, exactly what `agg_loss` counts locally."""
+  m = mask.astype(jnp.float32)
+  return Counts(num_tokens=jnp.sum(m), num_seqs=jnp.sum(jnp.sum(m, axis=-1) > 0),
+                num_rows=int(mask.shape[0]))
 
 
 def masked_mean(x: jax.Array, mask: jax.Array, axis=None) -> jax.Array:

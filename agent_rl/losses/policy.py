@@ -17,9 +17,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from agent_rl.losses.base import (agg_loss, check_policy_inputs, masked, masked_mean,
-                                  ratio_metrics, register, resolve_clip, segment_sum,
-                                  turn_segments)
+from agent_rl.losses.base import (agg_loss, check_policy_inputs, local_counts, masked,
+                                  masked_mean, ratio_metrics, register, resolve_clip,
+                                  segment_sum, turn_segments)
 
 sg = jax.lax.stop_gradient
 
@@ -138,6 +138,7 @@ def cispo(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode="token-mean
 
 
 @register("geo_mean")
+@local_counts
 def geo_mean(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode="token-mean", key=None,
              turn_index=None, weights=None, clip_ratio=0.4, clip_ratio_low=None,
              clip_ratio_high=None, num_tokens=None, num_seqs=None, scale=None):
@@ -188,6 +189,7 @@ def gpg(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode="token-mean",
 
 
 @register("reinforce")
+@local_counts
 def reinforce(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode="token-mean", key=None,
               turn_index=None, weights=None, num_tokens=None, num_seqs=None, scale=None):
   """REINFORCE of the selective-rollout gate's trainer (§4.9); aggregation forced per step.

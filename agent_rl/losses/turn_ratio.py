@@ -34,8 +34,8 @@ from typing import Callable, Dict
 import jax
 import jax.numpy as jnp
 
-from agent_rl.losses.base import (check_policy_inputs, masked, ratio_metrics, register,
-                                  resolve_clip, segment_sum, turn_segments)
+from agent_rl.losses.base import (check_policy_inputs, local_counts, masked, ratio_metrics,
+                                  register, resolve_clip, segment_sum, turn_segments)
 
 sg = jax.lax.stop_gradient
 
@@ -50,6 +50,7 @@ CLIP_NORMS: Dict[str, Callable[..., jax.Array]] = {
 
 
 @register("sorl")
+@local_counts
 def sorl(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode="token-mean", key=None,
          turn_index=None, weights=None, clip_ratio=0.2, clip_ratio_low=None, clip_ratio_high=None,
          clip_ratio_c=None, clip_norm="unclipped", clip_norm_threshold=0.2, num_tokens=None,

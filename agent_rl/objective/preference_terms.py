@@ -5,7 +5,8 @@
 
 Rows are completions scored by the current policy (`stats.logprobs`) and by the frozen
 reference (`mb.ref_logprobs`); a completion's log-prob is the sum over its `loss_mask` tokens
-(`losses.preference.sequence_logprobs`).
+(`losses.preference.sequence_logprobs`). Both average over rows: a micro-batch's value is
+weighted by its share of the minibatch's rows (KTO's reference point stays the slice's own).
   dpo: rows come in (chosen, rejected) pairs, rows 2i / 2i+1 (a minibatch of pairs must be
        drawn pair-wise, never shuffled row by row).
   kto: each row is one completion, desirable when its advantages over its loss tokens sum to
@@ -16,7 +17,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from agent_rl.losses import preference
-from agent_rl.objective.terms import TermInputs, register_term
+from agent_rl.objective.terms import TermInputs, register_term, row_share
 
 
 def _kw(c, name, default):
@@ -37,7 +38,7 @@ def dpo_term(x: TermInputs, c):
   (pc, pr), (rc, rr) = preference.pair_rows(pol), preference.pair_rows(ref)
   loss, m = preference.dpo_loss(pc, pr, rc, rr, beta=_kw(c, "dpo_beta", 0.1),
                                 label_smoothing=_kw(c, "dpo_label_smoothing", 0.0))
-  return loss, {f"dpo/{k}": v for k, v in m.items()} | {"loss/dpo": loss}
+  return row_share(x) * loss, {f"dpo/{k}": v for k, v in m.items()} | {"loss/dpo": loss}
 
 
 @register_term("kto", coef=lambda c: _kw(c, "kto", 0.0), needs=("ref_logprobs",))
@@ -49,4 +50,4 @@ def kto_term(x: TermInputs, c):
   loss, m = preference.kto_loss(pol, ref, desirable, beta=_kw(c, "kto_beta", 0.1),
                                 lambda_d=_kw(c, "kto_lambda_d", 1.0),
                                 lambda_u=_kw(c, "kto_lambda_u", 1.0))
-  return loss, {f"kto/{k}": v for k, v in m.items()} | {"loss/kto": loss}
+  return row_share(x) * loss, {f"kto/{k}": v for k, v in m.items()} | {"loss/kto": loss}

@@ -13,8 +13,17 @@ Adding a term is one function, one test, one config line:
 
     @register_term("my_term", coef=lambda c: c.loss.my_coef)
     def my_term(x, c):
-      return losses.agg_loss(x.stats.entropy ** 2, x.mask, x.agg), {}
+      return aggregate(x, x.stats.entropy ** 2), {}
     # config:  c.loss.terms = "policy,entropy,my_term";  c.loss.my_coef = 0.1
+
+Micro-batches (`train.microbatches`, gradient accumulation in `train.step`): the step passes
+the whole minibatch's loss-mask counts (`losses.Counts`) and each term aggregates a slice with
+them (`aggregate`), so the slices' losses sum to the whole minibatch's loss and the update is
+the whole minibatch's (ALGORITHMS.md §1.10: global counts, as verl 0.9.1's `agg_loss`), not a
+reweighting toward slices with fewer tokens. Term values depending on batch statistics beyond
+these counts stay a slice's own (clip_cov / kl_cov's centering and top-k, KTO's reference
+point, the sft term's positive-advantage count: weighted by the slice's token share), as in
+verl's micro-batches. Metrics are the slices' own values (their mean is reported).
 
 A term whose coefficient is 0 (or whose `enabled(c)` is False, e.g. `value` without a critic)
 is not computed. A term that needs a minibatch field (`needs`) the batch lacks fails at trace
@@ -49,6 +58,32 @@ class TermInputs(NamedTuple):
   agg: str
   key: jax.Array
   scale: Optional[int] = None
+  counts: Optional[losses.Counts] = None
+
+
+def count_kwargs(x: TermInputs) -> dict:
+  """agg_loss's count kwargs: the minibatch's when x is a micro-batch of it, else none."""
+  return {} if x.counts is None else x.counts.agg()
+
+
+def aggregate(x: TermInputs, loss_mat: jax.Array) -> jax.Array:
+  """`losses.agg_loss` of a `[B, L]` per-token loss over the loss mask, in the run's mode,
+  with the minibatch's counts when x is a micro-batch (module docstring)."""
+  return losses.agg_loss(loss_mat, x.mask, x.agg, scale=x.scale, **count_kwargs(x))
+
+
+def share(x: TermInputs) -> jax.Array:
+  """The rows' share of the minibatch's loss tokens (1 when they are the minibatch): the
+  weight of a term value that cannot take the minibatch's counts."""
+  if x.counts is None:
+    return jnp.float32(1.0)
+  return jnp.sum(x.mask) / jnp.maximum(x.counts.num_tokens, 1e-8)
+
+
+def row_share(x: TermInputs) -> float:
+  """The rows' share of the minibatch's rows (1 when they are the minibatch): the weight of a
+  term that averages over rows (DPO's pairs, KTO's completions)."""
+  return 1.0 if x.counts is None else x.mask.shape[0] / x.counts.num_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,12 +138,21 @@ def build_objective(c) -> Callable:
   coefs = {n: float(t.coef(c)) for n, t in active}
   agg = c.loss.agg_mode
 
-  def objective(stats, mb: Minibatch, key, row_length: Optional[int] = None):
+  def loss_terms(x: TermInputs):
+    total, metrics = jnp.float32(0.0), {}
+    for n, t in by_kind["loss"]:
+      v, m = t.fn(x, c)
+      metrics.update(m)
+      total = total + coefs[n] * v
+    return total, metrics
+
+  def objective(stats, mb: Minibatch, key, row_length: Optional[int] = None,
+                counts: Optional[losses.Counts] = None):
     x = TermInputs(stats=stats, mb=mb, mask=mb.loss_mask.astype(jnp.float32),
                    advantages=mb.advantages, weights=None, agg=agg, key=key, scale=row_length)
     metrics = {}
     if stats.entropy is not None:  # None: a critic-only update's forward (policy.value_stats)
-      metrics["loss/entropy"] = losses.agg_loss(stats.entropy, x.mask, agg, scale=x.scale)
+      metrics["loss/entropy"] = aggregate(x, stats.entropy)
     for n, t in active:
       missing = [f for f in t.needs if getattr(mb, f, None) is None]
       if missing:
@@ -122,12 +166,13 @@ def build_objective(c) -> Callable:
       w, m = t.fn(x, c)
       x = x._replace(weights=w if x.weights is None else x.weights * w)
       metrics.update(m)
-    total = jnp.float32(0.0)
-    for n, t in by_kind["loss"]:
-      v, m = t.fn(x, c)
-      metrics.update(m)
-      total = total + coefs[n] * v
+    total, m = loss_terms(x)
+    metrics.update(m)
     metrics["loss/total"] = total
+    if counts is not None:
+      # The gradient's loss with the minibatch's counts; the metrics stay the slice's own
+      # (the same element-wise terms again, no second forward: XLA shares them).
+      total, _ = loss_terms(x._replace(counts=counts))
     return total, metrics
 
   return objective
@@ -144,24 +189,26 @@ def _distill_on(c) -> bool:
 def policy_term(x: TermInputs, c):
   """The configured policy loss (`config.loss.name`, the losses registry) on the advantages,
   with the sampler importance weights when that term is on."""
-  pg, m = losses.get(c.loss.name)(x.stats.logprobs, x.mb.old_logprobs, x.advantages, x.mask,
-                                  loss_agg_mode=x.agg, key=x.key, turn_index=x.mb.turn_index,
-                                  weights=x.weights, **{"scale": x.scale, **dict(c.loss.kwargs)})
+  fn = losses.get(c.loss.name)
+  pg, m = fn(x.stats.logprobs, x.mb.old_logprobs, x.advantages, x.mask, loss_agg_mode=x.agg,
+             key=x.key, turn_index=x.mb.turn_index, weights=x.weights, **count_kwargs(x),
+             **{"scale": x.scale, **dict(c.loss.kwargs)})
+  if getattr(fn, "local_counts", False):  # geo_mean, reinforce, sorl: their own row/turn counts
+    pg = row_share(x) * pg
   return pg, {f"loss/{k}": v for k, v in m.items()} | {"loss/policy": pg}
 
 
 @register_term("entropy", coef=lambda c: -c.loss.entropy_coef)
 def entropy_term(x: TermInputs, c):
   """Entropy bonus: total -= entropy_coef x agg(H_t)."""
-  return losses.agg_loss(x.stats.entropy, x.mask, x.agg, scale=x.scale), {}
+  return aggregate(x, x.stats.entropy), {}
 
 
 @register_term("kl", coef=lambda c: c.loss.kl_coef, needs=("ref_logprobs",))
 def kl_term(x: TermInputs, c):
   """KL to the frozen reference, the `config.loss.kl_type` estimator (k1/k2/k3, '+' = straight
   through; ALGORITHMS.md §1.8)."""
-  kl = losses.agg_loss(losses.kl_penalty(x.stats.logprobs, x.mb.ref_logprobs, c.loss.kl_type),
-                       x.mask, x.agg, scale=x.scale)
+  kl = aggregate(x, losses.kl_penalty(x.stats.logprobs, x.mb.ref_logprobs, c.loss.kl_type))
   return kl, {"loss/kl_ref": kl}
 
 
@@ -173,7 +220,7 @@ def value_term(x: TermInputs, c):
     raise ValueError("loss term 'value' needs a critic (config.model.critic)")
   vl, vm = losses.value_loss(x.stats.values, x.mb.returns, x.mb.old_values, x.mask,
                              cliprange_value=c.loss.value_clip, loss_agg_mode=x.agg,
-                             scale=x.scale)
+                             scale=x.scale, **count_kwargs(x))
   return vl, {f"loss/{k}": v for k, v in vm.items()} | {"loss/value": vl}
 
 
@@ -187,13 +234,13 @@ def distill_term(x: TermInputs, c):
   loss then optimizes with its ratio clipping (Thinking Machines' recipe);
   `task_advantages=False` drops the RL advantages (pure distillation)."""
   gap = losses.reverse_kl_advantage(x.mb.old_logprobs, x.mb.teacher_logprobs, x.mask)
-  m = {"distill/reverse_kl": losses.agg_loss(-gap, x.mask, x.agg, scale=x.scale)}
+  m = {"distill/reverse_kl": aggregate(x, -gap)}
   if c.distill.mode == "advantage":
     base = x.advantages if c.distill.task_advantages else jnp.zeros_like(x.advantages)
     return base + c.distill.coef * gap, m
   kl, _ = losses.sampled_kl_loss(x.stats.logprobs, x.mb.teacher_logprobs, x.mask,
                                  direction="reverse", loss_agg_mode=x.agg,
-                                 scale=x.scale)
+                                 scale=x.scale, **count_kwargs(x))
   return kl, m
 
 
@@ -201,10 +248,11 @@ def distill_term(x: TermInputs, c):
 def sft_term(x: TermInputs, c):
   """SFT auxiliary: the NLL of the policy's own tokens that have positive advantage
   (self-imitation of better-than-baseline samples: Oh et al. 2018; RAFT / ReST's filtered
-  SFT), added to the RL loss."""
+  SFT), added to the RL loss. Its count is of the positive-advantage tokens, which the
+  minibatch's counts do not hold: a micro-batch's value is weighted by its token share."""
   keep = x.mask * (x.advantages > 0)
   loss, _ = losses.sft_loss(x.stats.logprobs, keep, loss_agg_mode=x.agg, scale=x.scale)
-  return loss, {"loss/sft_aux": loss}
+  return share(x) * loss, {"loss/sft_aux": loss}
 
 
 @register_term("is_correction", kind="weights", coef=lambda c: c.loss.is_cap,

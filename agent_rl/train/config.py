@@ -153,8 +153,9 @@ def base_config() -> mlc.ConfigDict:
   c.train = mlc.ConfigDict(dict(
       iterations=20, epochs=1, minibatch_episodes=64,
       # > 1: each train step's batch (RL minibatch, SFT batch) in this many slices whose
-      # gradients are averaged into one update (train/step.py), and forward passes over the
-      # rollout in slices as large: memory / microbatches, the same updates.
+      # gradients make one update, each slice's loss aggregated with the whole batch's
+      # counts (train/step.py), and forward passes over the rollout in slices as large:
+      # memory / microbatches, the same updates.
       microbatches=1,
       log_every=1, eval_every=5, ckpt_every=5, keep_checkpoints=3,
       halt_on_nan=True,

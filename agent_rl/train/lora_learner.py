@@ -53,8 +53,8 @@ def stop_base_gradient(params: Any) -> Any:
 
 
 def frozen_loss(loss_fn):
-  """`loss_fn(params, mb, key)` that differentiates only the trainable leaves."""
-  return lambda params, mb, key: loss_fn(stop_base_gradient(params), mb, key)
+  """`loss_fn(params, mb, key, **kw)` that differentiates only the trainable leaves."""
+  return lambda params, mb, key, **kw: loss_fn(stop_base_gradient(params), mb, key, **kw)
 
 
 def state_bytes(tree: Any) -> int:

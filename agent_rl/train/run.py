@@ -161,7 +161,8 @@ def build_run(c, workdir: str, place: Placement, kill_after=None) -> phases.Run:
     """row_length -> the RL loss(params, mb, key): `row_length` is the rows' length before a
     length-bucket cut (train/buckets.py), the C of seq-mean-token-sum-norm."""
     def make(row_length):
-      loss = lambda params, mb, key: objective_fn(stats(params, mb, key), mb, key, row_length)
+      loss = lambda params, mb, key, counts=None: objective_fn(
+          stats(params, mb, key), mb, key, row_length, counts)
       return lora_learner.frozen_loss(loss) if lora else loss
     return make
 

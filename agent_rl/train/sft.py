@@ -152,8 +152,10 @@ def _rows_of(batch) -> Minibatch:
 
 
 def make_sft_loss(apply_fn):
-  def loss_fn(params, mb: Minibatch, key):
-    # key: the step's, for LoRA dropout (models.lora) in this training forward.
+  def loss_fn(params, mb: Minibatch, key, counts: Optional[losses.Counts] = None):
+    # key: the step's, for LoRA dropout (models.lora) in this training forward. counts: the
+    # whole batch's when mb is a micro-batch of it (train.step), so the slices' losses sum
+    # to the batch's.
     stats = apply_fn(params, mb.tokens, mb.position, mb.attention_mask, dropout_key=key,
                      agent=mb.agent)
     loss, m = losses.sft_loss(stats.logprobs, mb.loss_mask)
@@ -162,7 +164,10 @@ def make_sft_loss(apply_fn):
     on = (mb.loss_mask > 0).astype(jnp.float32)
     m = m | {"nll": losses.masked_mean(-jax.lax.stop_gradient(stats.logprobs), on),
              "num_tokens": jnp.sum(on)}
-    return loss, {f"sft/{k}": v for k, v in m.items()} | {"sft/loss": loss}
+    metrics = {f"sft/{k}": v for k, v in m.items()} | {"sft/loss": loss}
+    if counts is not None:  # the metrics stay the slice's own
+      loss, _ = losses.sft_loss(stats.logprobs, mb.loss_mask, **counts.agg())
+    return loss, metrics
   return loss_fn
 
 

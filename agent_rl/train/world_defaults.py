@@ -107,7 +107,7 @@ def full_policy(c, preset: str = "qwen2.5-1.5b"):
   # 4,096-token window; a minibatch of 32 episodes x 50 turns in one piece was estimated at
   # 92,310 GiB of activations (the dense core's [heads, L, L] probabilities of every row and
   # layer). Micro-batches of FULL_MICRO_ROWS turns (gradient accumulation in train/step.py:
-  # one update, the slices' aggregated losses averaged as verl's micro-batches are), blocks
+  # one update, each slice aggregated with the minibatch's token counts: the same), blocks
   # recomputed in the backward, attention in key blocks of 512 (models/blocked_attention.py).
   # The held-out panel (256 tasks x pass@4) rolls out 32 tasks at a time: 128 episodes, the
   # training rollout's size, not a 1,024-episode rollout's 230 GiB of KV cache and prefill.

@@ -1,7 +1,9 @@
-"""`config.train.microbatches`: a train step's batch in k slices whose gradients are averaged
-into one update (train/step.py), checked against a plain loop over the slices; the whole
-minibatch's update when the slices hold equal token counts; bad values refused by name. A
-whole run with micro-batches and a critic: tests/train/test_buckets.py (its two runs)."""
+"""`config.train.microbatches`: a train step's batch in k slices whose gradients are summed
+into one update (train/step.py), each slice's loss aggregated with the whole minibatch's
+counts: the whole minibatch's update for unequal token counts in every aggregation mode, for
+the losses that keep their own counts (row share), the SFT loss and DPO; checked against the
+unsliced step and a plain loop over the slices; bad values refused by name. A whole run with
+micro-batches and a critic: tests/train/test_buckets.py (its two runs)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,23 +11,31 @@ import optax
 import pytest
 from flax import nnx
 
+from agent_rl import losses
 from agent_rl.models import ModelConfig
 from agent_rl.objective import Minibatch, build_objective
 from agent_rl.train.config import base_config, validate
 from agent_rl.train.policy import ActorCritic, make_apply
+from agent_rl.train.sft import make_sft_loss
 from agent_rl.train.step import TrainState, make_train_step
 from tests.train.tiny import tiny_config
 
 CFG = ModelConfig(vocab_size=50, hidden=16, num_layers=1, num_heads=2, num_kv_heads=1,
                   head_dim=8, intermediate=32)
+UNEQUAL = [3, 7, 1, 5, 9, 2, 0, 4]  # loss tokens per row: unequal slices on purpose, one empty
 
 
-def _setup(mask_counts, l=12):
-  """A step factory, rows whose row i has mask_counts[i] loss tokens, and a fresh state."""
+def _setup(mask_counts, l=12, **loss_cfg):
+  """A step factory, its loss, rows whose row i has mask_counts[i] loss tokens (at its end),
+  and a fresh state. loss_cfg: config.loss overrides (agg_mode, name, terms, ...)."""
   graphdef, params = nnx.split(ActorCritic(CFG, logprob_chunk=16, rngs=nnx.Rngs(0)))
   opt = optax.sgd(0.5)
-  apply_fn, objective = make_apply(graphdef), build_objective(base_config())
-  loss = lambda p, mb, k: objective(apply_fn(p, mb.tokens, mb.position, mb.attention_mask), mb, k)
+  c = base_config()
+  c.loss.update(loss_cfg)
+  apply_fn, objective = make_apply(graphdef), build_objective(c)
+  def loss(p, mb, k, counts=None):
+    return objective(apply_fn(p, mb.tokens, mb.position, mb.attention_mask), mb, k,
+                     counts=counts)
   r = len(mask_counts)
   rng = np.random.default_rng(0)
   f = lambda x: jnp.asarray(x, jnp.float32)
@@ -33,43 +43,83 @@ def _setup(mask_counts, l=12):
   rows = Minibatch(tokens=jnp.asarray(rng.integers(0, 50, (r, l)), jnp.int32),
                    position=jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (r, l)),
                    attention_mask=jnp.ones((r, l), bool), loss_mask=f(mask),
-                   turn_index=jnp.zeros((r, l), jnp.int32),
+                   turn_index=jnp.where(mask, 0, -1).astype(jnp.int32),
                    old_logprobs=f(-3.9 + 0.1 * rng.standard_normal((r, l))),
-                   advantages=f(rng.standard_normal((r, l))))
+                   advantages=f(rng.standard_normal((r, l))),
+                   ref_logprobs=f(-3.9 + 0.1 * rng.standard_normal((r, l))))
   state = TrainState(params=params, opt_state=opt.init(params), step=jnp.zeros((), jnp.int32),
                      rng=jnp.zeros((2,), jnp.uint32))
-  return (lambda k: jax.jit(make_train_step(loss, opt, microbatches=k))), loss, opt, rows, state
+  return (lambda k, fn=loss: jax.jit(make_train_step(fn, opt, microbatches=k))), loss, opt, \
+      rows, state
 
 
-def test_microbatched_step_is_the_mean_of_the_slices_gradients():
-  make, loss, opt, rows, state = _setup([3, 7, 1, 5, 9, 2])  # unequal slices on purpose
-  got, metrics = make(3)(state, rows)
-  # reference: a Python loop over the 3 slices, the mean gradient, one SGD update
+def _close(a, b, atol=2e-6):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=1e-5)
+
+
+def _max_gap(a, b):
+  return max(float(jnp.abs(x - y).max()) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+@pytest.mark.parametrize("mode", list(losses.AGG_MODES))
+def test_microbatched_step_is_the_whole_minibatch_update(mode):
+  make, _, _, rows, state = _setup(UNEQUAL, agg_mode=mode, kl_coef=0.1, entropy_coef=0.01)
+  whole, wm = make(1)(state, rows)
+  got, gm = make(4)(state, rows)
+  _close(got.params, whole.params)
+  assert int(got.step) == 1  # one optimizer update, not k
+  np.testing.assert_allclose(float(gm["grad/norm"]), float(wm["grad/norm"]), rtol=1e-5)
+
+
+def test_microbatched_step_is_a_loop_over_slices_with_the_minibatch_counts():
+  """Reference: a Python loop over 4 slices, each slice's loss with the whole minibatch's
+  counts (a plain count of the mask), the gradients summed, one SGD update."""
+  make, loss, opt, rows, state = _setup(UNEQUAL)
   key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-  grads = []
-  for i in range(3):
-    part = jax.tree.map(lambda x: x[2 * i:2 * i + 2], rows)
-    grads.append(jax.grad(lambda p: loss(p, part, jax.random.fold_in(key, i))[0])(state.params))
-  mean = jax.tree.map(lambda *g: sum(g) / 3, *grads)
-  upd, _ = opt.update(mean, state.opt_state, state.params)
-  want = optax.apply_updates(state.params, upd)
-  for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(want)):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-5)
-  assert int(got.step) == 1  # one optimizer update, not three
-  np.testing.assert_allclose(float(metrics["grad/norm"]), float(optax.global_norm(mean)),
-                             rtol=1e-5)
-  # unequal token counts: the mean of slice losses is not the whole-minibatch token-mean
-  whole, _ = make(1)(state, rows)
-  assert max(float(jnp.abs(a - b).max()) for a, b in
-             zip(jax.tree.leaves(whole.params), jax.tree.leaves(got.params))) > 1e-5
+  m = np.asarray(rows.loss_mask)
+  counts = losses.Counts(num_tokens=jnp.float32(m.sum()),
+                         num_seqs=jnp.int32((m.sum(1) > 0).sum()), num_rows=len(m))
+  grad = jax.jit(jax.grad(lambda p, part, k: loss(p, part, k, counts=counts)[0]))
+  grads = [grad(state.params, jax.tree.map(lambda x: x[2 * i:2 * i + 2], rows),
+                jax.random.fold_in(key, i)) for i in range(4)]
+  upd, _ = opt.update(jax.tree.map(lambda *g: sum(g), *grads), state.opt_state, state.params)
+  _close(make(4)(state, rows)[0].params, optax.apply_updates(state.params, upd))
 
 
-def test_equal_token_slices_give_the_whole_minibatch_update():
-  make, _, _, rows, state = _setup([4, 4, 4, 4])
+def test_the_slice_local_mean_would_have_reweighted_the_tokens():
+  """What the counts fix: the older convention (each slice's own token-mean, gradients
+  averaged) moves the parameters elsewhere when the slices' token counts differ."""
+  make, loss, _, rows, state = _setup(UNEQUAL)
+  local = lambda p, mb, k, counts=None: loss(p, mb, k)  # ignores the minibatch's counts
   whole, _ = make(1)(state, rows)
-  sliced, _ = make(2)(state, rows)
-  for a, b in zip(jax.tree.leaves(whole.params), jax.tree.leaves(sliced.params)):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6, rtol=1e-5)
+  summed, _ = make(4, local)(state, rows)  # the slices' own means, summed: k x too large
+  assert _max_gap(whole.params, summed.params) > 1e-4
+
+
+@pytest.mark.parametrize("name", ["geo_mean", "reinforce", "sorl"])
+def test_losses_with_their_own_counts_are_weighted_by_row_share(name):
+  """geo_mean averages over all rows (empty ones too): the row share makes the sliced update
+  exact; reinforce / sorl average over a slice's non-empty turns: exact when the slices hold
+  equal numbers of them (one turn a row, none empty, here; sorl's clip-fraction norm is a
+  slice's own statistic, off here)."""
+  kw = {"kwargs": {"clip_norm": "none"}} if name == "sorl" else {}
+  make, _, _, rows, state = _setup(UNEQUAL if name == "geo_mean" else [3, 7, 1, 5, 9, 2, 6, 4],
+                                   name=name, **kw)
+  whole, _ = make(1)(state, rows)
+  _close(make(2)(state, rows)[0].params, whole.params)
+
+
+def test_sft_and_dpo_slices_sum_to_the_whole_batch():
+  make, _, _, rows, state = _setup(UNEQUAL, terms="dpo", term_kwargs={"dpo": 1.0})
+  _close(make(2)(state, rows)[0].params, make(1)(state, rows)[0].params)
+  graphdef, _ = nnx.split(ActorCritic(CFG, logprob_chunk=16, rngs=nnx.Rngs(0)))
+  sft = make_sft_loss(make_apply(graphdef))
+  whole, wm = make(1, sft)(state, rows)
+  got, gm = make(4, sft)(state, rows)
+  _close(got.params, whole.params)
+  # metrics are the slices' own: their mean, not the batch's token mean
+  assert float(gm["sft/num_tokens"]) == pytest.approx(float(wm["sft/num_tokens"]) / 4)
 
 
 def test_bad_microbatches_are_refused_naming_the_field():
