@@ -73,11 +73,13 @@ def first_batch(spec: str):
     r = build_run(c, wd, place)
     prog = phases.initial_progress(r, init_params(r.spec))
     prog = phases.start_rl(r, prog.state.params, prog.meta)
-    yield c, place, wd, r, phases.rl_batch(r, prog, 0)
-    r.ckpt.close()
-    close = getattr(r.setup.env, "close", None)
-    if close is not None:
-      close()
+    try:
+      yield c, place, wd, r, phases.rl_batch(r, prog, 0)
+    finally:
+      r.ckpt.close()
+      close = getattr(r.setup.env, "close", None)
+      if close is not None:
+        close()
 
 
 def bench(spec: str, bucket: int, rounds: int) -> dict:

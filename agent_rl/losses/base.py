@@ -122,14 +122,20 @@ def agg_loss(loss_mat: jax.Array, mask: jax.Array, mode: str = "token-mean", *,
                          scale=scale)
 
 
-def local_counts(fn: Callable) -> Callable:
-  """Marks a policy loss that aggregates with its own batch's counts (rows, turns) and ignores
-  `num_tokens` / `num_seqs`: a micro-batch's value is then weighted by its share of the
-  minibatch's rows (`objective.terms.policy_term`), verl's micro-batch convention; exact for a
-  mean over all rows (geo_mean) and when the slices hold equal numbers of the loss's items
-  (reinforce's and sorl's non-empty turns), a reweighting otherwise."""
-  fn.local_counts = True
-  return fn
+def local_counts(unit: str) -> Callable[[Callable], Callable]:
+  """Marks a policy loss that aggregates with its own batch's counts and ignores `num_tokens`
+  / `num_seqs`; `unit` says what it averages over: "rows" (every row, empty ones too) or
+  "seqs" (the non-empty rows). A micro-batch's value is then weighted by its share of the
+  minibatch's units (`objective.terms.policy_term`), verl's micro-batch convention: exact for
+  geo_mean (rows) and for reinforce / sorl (seqs) when each non-empty row holds one turn
+  (windowed history), a reweighting for several turns a row (their items are turns)."""
+  if unit not in ("rows", "seqs"):
+    raise ValueError(f"local_counts: unit must be 'rows' or 'seqs', got {unit!r}")
+
+  def mark(fn: Callable) -> Callable:
+    fn.local_counts = unit
+    return fn
+  return mark
 
 
 class Counts(NamedTuple):

@@ -138,7 +138,7 @@ def cispo(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode="token-mean
 
 
 @register("geo_mean")
-@local_counts
+@local_counts("rows")
 def geo_mean(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode="token-mean", key=None,
              turn_index=None, weights=None, clip_ratio=0.4, clip_ratio_low=None,
              clip_ratio_high=None, num_tokens=None, num_seqs=None, scale=None):
@@ -189,7 +189,7 @@ def gpg(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode="token-mean",
 
 
 @register("reinforce")
-@local_counts
+@local_counts("seqs")
 def reinforce(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode="token-mean", key=None,
               turn_index=None, weights=None, num_tokens=None, num_seqs=None, scale=None):
   """REINFORCE of the selective-rollout gate's trainer (§4.9); aggregation forced per step.

@@ -18,7 +18,8 @@ Adding a term is one function, one test, one config line:
 
 Micro-batches (`train.microbatches`, gradient accumulation in `train.step`): the step passes
 the whole minibatch's loss-mask counts (`losses.Counts`) and each term aggregates a slice with
-them (`aggregate`), so the slices' losses sum to the whole minibatch's loss and the update is
+them (`aggregate`; a term of your own must aggregate with it, not `losses.agg_loss`, or it
+counts k times), so the slices' losses sum to the whole minibatch's loss and the update is
 the whole minibatch's (ALGORITHMS.md §1.10: global counts, as verl 0.9.1's `agg_loss`), not a
 reweighting toward slices with fewer tokens. Term values depending on batch statistics beyond
 these counts stay a slice's own (clip_cov / kl_cov's centering and top-k, KTO's reference
@@ -80,10 +81,15 @@ def share(x: TermInputs) -> jax.Array:
   return jnp.sum(x.mask) / jnp.maximum(x.counts.num_tokens, 1e-8)
 
 
-def row_share(x: TermInputs) -> float:
-  """The rows' share of the minibatch's rows (1 when they are the minibatch): the weight of a
-  term that averages over rows (DPO's pairs, KTO's completions)."""
-  return 1.0 if x.counts is None else x.mask.shape[0] / x.counts.num_rows
+def row_share(x: TermInputs, unit: str = "rows"):
+  """The rows' share of the minibatch's rows (unit "rows"; 1 when they are the minibatch): the
+  weight of a term that averages over rows (DPO's pairs, KTO's completions); unit "seqs": of
+  its non-empty rows."""
+  if x.counts is None:
+    return 1.0
+  if unit == "seqs":
+    return jnp.sum(jnp.sum(x.mask, axis=-1) > 0) / jnp.maximum(x.counts.num_seqs, 1)
+  return x.mask.shape[0] / x.counts.num_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,9 +136,11 @@ def term_names(c) -> list[str]:
 
 
 def build_objective(c) -> Callable:
-  """`objective(stats, mb, key, row_length=None) -> (total, metrics)` of the enabled terms of
-  `config`. row_length: the rows' length before `train.buckets.cut` trimmed them, the constant
-  that `seq-mean-token-sum-norm` divides by (None: the minibatch's own length)."""
+  """`objective(stats, mb, key, row_length=None, counts=None) -> (total, metrics)` of the
+  enabled terms of `config`. row_length: the rows' length before `train.buckets.cut` trimmed
+  them, the constant that `seq-mean-token-sum-norm` divides by (None: the minibatch's own
+  length). counts: the whole minibatch's `losses.Counts` when mb is a micro-batch of it
+  (module docstring); total then aggregates with them, the metrics with mb's own."""
   active = [(n, TERMS.get(n)) for n in term_names(c) if TERMS.get(n).active(c)]
   by_kind = {k: [(n, t) for n, t in active if t.kind_of(c) == k] for k in KINDS}
   coefs = {n: float(t.coef(c)) for n, t in active}
@@ -190,11 +198,12 @@ def policy_term(x: TermInputs, c):
   """The configured policy loss (`config.loss.name`, the losses registry) on the advantages,
   with the sampler importance weights when that term is on."""
   fn = losses.get(c.loss.name)
+  local = getattr(fn, "local_counts", None)  # geo_mean, reinforce, sorl: their own counts
   pg, m = fn(x.stats.logprobs, x.mb.old_logprobs, x.advantages, x.mask, loss_agg_mode=x.agg,
-             key=x.key, turn_index=x.mb.turn_index, weights=x.weights, **count_kwargs(x),
-             **{"scale": x.scale, **dict(c.loss.kwargs)})
-  if getattr(fn, "local_counts", False):  # geo_mean, reinforce, sorl: their own row/turn counts
-    pg = row_share(x) * pg
+             key=x.key, turn_index=x.mb.turn_index, weights=x.weights,
+             **({} if local else count_kwargs(x)), **{"scale": x.scale, **dict(c.loss.kwargs)})
+  if local:
+    pg = row_share(x, local) * pg
   return pg, {f"loss/{k}": v for k, v in m.items()} | {"loss/policy": pg}
 
 

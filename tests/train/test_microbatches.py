@@ -98,16 +98,15 @@ def test_the_slice_local_mean_would_have_reweighted_the_tokens():
 
 
 @pytest.mark.parametrize("name", ["geo_mean", "reinforce", "sorl"])
-def test_losses_with_their_own_counts_are_weighted_by_row_share(name):
+def test_losses_with_their_own_counts_are_weighted_by_their_share(name):
   """geo_mean averages over all rows (empty ones too): the row share makes the sliced update
-  exact; reinforce / sorl average over a slice's non-empty turns: exact when the slices hold
-  equal numbers of them (one turn a row, none empty, here; sorl's clip-fraction norm is a
-  slice's own statistic, off here)."""
+  exact; reinforce / sorl average over turns, here one a row (windowed history), so the
+  share of non-empty rows does (slices with 2, 2, 2 and 1 of them; sorl's clip-fraction norm
+  is a slice's own statistic, off here)."""
   kw = {"kwargs": {"clip_norm": "none"}} if name == "sorl" else {}
-  make, _, _, rows, state = _setup(UNEQUAL if name == "geo_mean" else [3, 7, 1, 5, 9, 2, 6, 4],
-                                   name=name, **kw)
+  make, _, _, rows, state = _setup(UNEQUAL, name=name, **kw)
   whole, _ = make(1)(state, rows)
-  _close(make(2)(state, rows)[0].params, whole.params)
+  _close(make(4)(state, rows)[0].params, whole.params)
 
 
 def test_sft_and_dpo_slices_sum_to_the_whole_batch():
