@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from agent_rl.losses import preference
-from agent_rl.objective.terms import TermInputs, register_term, row_share
+from agent_rl.objective.terms import TermInputs, register_term, share
 
 
 def _kw(c, name, default):
@@ -38,7 +38,7 @@ def dpo_term(x: TermInputs, c):
   (pc, pr), (rc, rr) = preference.pair_rows(pol), preference.pair_rows(ref)
   loss, m = preference.dpo_loss(pc, pr, rc, rr, beta=_kw(c, "dpo_beta", 0.1),
                                 label_smoothing=_kw(c, "dpo_label_smoothing", 0.0))
-  return row_share(x) * loss, {f"dpo/{k}": v for k, v in m.items()} | {"loss/dpo": loss}
+  return share(x, "rows") * loss, {f"dpo/{k}": v for k, v in m.items()} | {"loss/dpo": loss}
 
 
 @register_term("kto", coef=lambda c: _kw(c, "kto", 0.0), needs=("ref_logprobs",))
@@ -50,4 +50,4 @@ def kto_term(x: TermInputs, c):
   loss, m = preference.kto_loss(pol, ref, desirable, beta=_kw(c, "kto_beta", 0.1),
                                 lambda_d=_kw(c, "kto_lambda_d", 1.0),
                                 lambda_u=_kw(c, "kto_lambda_u", 1.0))
-  return row_share(x) * loss, {f"kto/{k}": v for k, v in m.items()} | {"loss/kto": loss}
+  return share(x, "rows") * loss, {f"kto/{k}": v for k, v in m.items()} | {"loss/kto": loss}

@@ -73,23 +73,14 @@ def aggregate(x: TermInputs, loss_mat: jax.Array) -> jax.Array:
   return losses.agg_loss(loss_mat, x.mask, x.agg, scale=x.scale, **count_kwargs(x))
 
 
-def share(x: TermInputs) -> jax.Array:
-  """The rows' share of the minibatch's loss tokens (1 when they are the minibatch): the
-  weight of a term value that cannot take the minibatch's counts."""
-  if x.counts is None:
-    return jnp.float32(1.0)
-  return jnp.sum(x.mask) / jnp.maximum(x.counts.num_tokens, 1e-8)
-
-
-def row_share(x: TermInputs, unit: str = "rows"):
-  """The rows' share of the minibatch's rows (unit "rows"; 1 when they are the minibatch): the
-  weight of a term that averages over rows (DPO's pairs, KTO's completions); unit "seqs": of
-  its non-empty rows."""
+def share(x: TermInputs, unit: str = "tokens"):
+  """The rows' share of the minibatch's loss tokens, non-empty rows ("seqs") or rows (1 when
+  they are the minibatch): the weight of a term value that cannot take the minibatch's counts
+  (the sft term's, DPO / KTO's row means, the `losses.local_counts` policy losses)."""
   if x.counts is None:
     return 1.0
-  if unit == "seqs":
-    return jnp.sum(jnp.sum(x.mask, axis=-1) > 0) / jnp.maximum(x.counts.num_seqs, 1)
-  return x.mask.shape[0] / x.counts.num_rows
+  f = f"num_{unit}"
+  return getattr(losses.mask_counts(x.mask), f) / jnp.maximum(getattr(x.counts, f), 1e-8)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +194,7 @@ def policy_term(x: TermInputs, c):
              key=x.key, turn_index=x.mb.turn_index, weights=x.weights,
              **({} if local else count_kwargs(x)), **{"scale": x.scale, **dict(c.loss.kwargs)})
   if local:
-    pg = row_share(x, local) * pg
+    pg = share(x, local) * pg
   return pg, {f"loss/{k}": v for k, v in m.items()} | {"loss/policy": pg}
 
 
