@@ -125,12 +125,13 @@ def agg_loss(loss_mat: jax.Array, mask: jax.Array, mode: str = "token-mean", *,
 def local_counts(unit: str) -> Callable[[Callable], Callable]:
   """Marks a policy loss that aggregates with its own batch's counts and ignores `num_tokens`
   / `num_seqs`; `unit` says what it averages over: "rows" (every row, empty ones too) or
-  "seqs" (the non-empty rows). A micro-batch's value is then weighted by its share of the
-  minibatch's units (`objective.terms.policy_term`), verl's micro-batch convention: exact for
-  geo_mean (rows) and for reinforce / sorl (seqs) when each non-empty row holds one turn
-  (windowed history), a reweighting for several turns a row (their items are turns)."""
-  if unit not in ("rows", "seqs"):
-    raise ValueError(f"local_counts: unit must be 'rows' or 'seqs', got {unit!r}")
+  "turns" (the non-empty (row, turn) items of `turn_index`; the non-empty rows without one).
+  A micro-batch's value is then weighted by its share of the minibatch's units
+  (`objective.terms.policy_term`), verl's micro-batch convention: exact for geo_mean (rows),
+  for reinforce (turns) and for sorl (turns) unless its clip-fraction norm triggers, which is
+  a slice's own statistic."""
+  if unit not in ("rows", "turns"):
+    raise ValueError(f"local_counts: unit must be 'rows' or 'turns', got {unit!r}")
 
   def mark(fn: Callable) -> Callable:
     fn.local_counts = unit
@@ -143,22 +144,31 @@ class Counts(NamedTuple):
   time (`train.step`, gradient accumulation): `agg_loss(..., **counts.agg())` over a slice
   then sums, over the slices, to the whole minibatch's loss (ALGORITHMS.md §1.10's global
   `batch_num_tokens` / `global_batch_size`). num_rows: the minibatch's rows, for terms that
-  average over rows (DPO's pairs)."""
+  average over rows (DPO's pairs). num_turns: its non-empty (row, turn) items, for the losses
+  that average over turns (reinforce, sorl); None where no turn index was counted."""
   num_tokens: jax.Array
   num_seqs: jax.Array
   num_rows: int
+  num_turns: Optional[jax.Array] = None
 
   def agg(self) -> dict:
     """`agg_loss`'s / a policy loss's count kwargs."""
     return {"num_tokens": self.num_tokens, "num_seqs": self.num_seqs}
 
 
-def mask_counts(mask: jax.Array) -> Counts:
-  """Counts of a `[B, L]` loss mask: Σm (a float mask's weights summed) and the number of
-  rows with Σ_t m > 0, exactly what `agg_loss` counts locally."""
+def mask_counts(mask: jax.Array, turn_index: Optional[jax.Array] = None) -> Counts:
+  """Counts of a `[B, L]` loss mask: Σm (a float mask's weights summed), the number of rows
+  with Σ_t m > 0 (exactly what `agg_loss` counts locally) and the number of (row, turn)
+  items with a loss token at `turn_index >= 0` (reinforce / sorl's items; without a turn
+  index, the non-empty rows)."""
   m = mask.astype(jnp.float32)
-  return Counts(num_tokens=jnp.sum(m), num_seqs=jnp.sum(jnp.sum(m, axis=-1) > 0),
-                num_rows=int(mask.shape[0]))
+  num_seqs = jnp.sum(jnp.sum(m, axis=-1) > 0)
+  if turn_index is None:
+    num_turns = num_seqs
+  else:
+    num_turns = jnp.sum(segment_sum(m * (turn_index >= 0), turn_segments(turn_index)) > 0)
+  return Counts(num_tokens=jnp.sum(m), num_seqs=num_seqs, num_rows=int(mask.shape[0]),
+                num_turns=num_turns)
 
 
 def masked_mean(x: jax.Array, mask: jax.Array, axis=None) -> jax.Array:

@@ -189,7 +189,7 @@ def gpg(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode="token-mean",
 
 
 @register("reinforce")
-@local_counts("seqs")
+@local_counts("turns")
 def reinforce(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode="token-mean", key=None,
               turn_index=None, weights=None, num_tokens=None, num_seqs=None, scale=None):
   """REINFORCE of the selective-rollout gate's trainer (§4.9); aggregation forced per step.

@@ -50,7 +50,7 @@ CLIP_NORMS: Dict[str, Callable[..., jax.Array]] = {
 
 
 @register("sorl")
-@local_counts("seqs")
+@local_counts("turns")
 def sorl(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode="token-mean", key=None,
          turn_index=None, weights=None, clip_ratio=0.2, clip_ratio_low=None, clip_ratio_high=None,
          clip_ratio_c=None, clip_norm="unclipped", clip_norm_threshold=0.2, num_tokens=None,

@@ -74,13 +74,15 @@ def aggregate(x: TermInputs, loss_mat: jax.Array) -> jax.Array:
 
 
 def share(x: TermInputs, unit: str = "tokens"):
-  """The rows' share of the minibatch's loss tokens, non-empty rows ("seqs") or rows (1 when
-  they are the minibatch): the weight of a term value that cannot take the minibatch's counts
-  (the sft term's, DPO / KTO's row means, the `losses.local_counts` policy losses)."""
+  """The rows' share of the minibatch's loss tokens, non-empty rows ("seqs"), (row, turn)
+  items ("turns") or rows (1 when they are the minibatch): the weight of a term value that
+  cannot take the minibatch's counts (the sft term's, DPO / KTO's row means, the
+  `losses.local_counts` policy losses)."""
   if x.counts is None:
     return 1.0
   f = f"num_{unit}"
-  return getattr(losses.mask_counts(x.mask), f) / jnp.maximum(getattr(x.counts, f), 1e-8)
+  mine = getattr(losses.mask_counts(x.mask, x.mb.turn_index), f)
+  return mine / jnp.maximum(getattr(x.counts, f), 1e-8)
 
 
 @dataclasses.dataclass(frozen=True)

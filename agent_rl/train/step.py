@@ -58,7 +58,8 @@ def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation,
     slices = jax.tree.map(lambda x: constrain(x.reshape(k, rows // k, *x.shape[1:]),
                                               (None, "batch") + (None,) * (x.ndim - 1)), mb)
 
-    counts = losses.mask_counts(mb.loss_mask)
+    # turn_index: the (row, turn) items reinforce / sorl average over (an SFT batch has none).
+    counts = losses.mask_counts(mb.loss_mask, getattr(mb, "turn_index", None))
 
     def body(acc, xs):
       i, part = xs

@@ -1,7 +1,7 @@
 """`config.train.microbatches`: a train step's batch in k slices whose gradients are summed
 into one update (train/step.py), each slice's loss aggregated with the whole minibatch's
 counts: the whole minibatch's update for unequal token counts in every aggregation mode, for
-the losses that keep their own counts (row share), the SFT loss and DPO; checked against the
+the losses that keep their own counts (row or turn share), the SFT loss and DPO; checked against the
 unsliced step and a plain loop over the slices; bad values refused by name. A whole run with
 micro-batches and a critic: tests/train/test_buckets.py (its two runs)."""
 import jax
@@ -97,16 +97,34 @@ def test_the_slice_local_mean_would_have_reweighted_the_tokens():
   assert _max_gap(whole.params, summed.params) > 1e-4
 
 
+@pytest.mark.parametrize("turns", [1, 2])
 @pytest.mark.parametrize("name", ["geo_mean", "reinforce", "sorl"])
-def test_losses_with_their_own_counts_are_weighted_by_their_share(name):
+def test_losses_with_their_own_counts_are_weighted_by_their_share(name, turns):
   """geo_mean averages over all rows (empty ones too): the row share makes the sliced update
-  exact; reinforce / sorl average over turns, here one a row (windowed history), so the
-  share of non-empty rows does (slices with 2, 2, 2 and 1 of them; sorl's clip-fraction norm
-  is a slice's own statistic, off here)."""
+  exact; reinforce / sorl average over (row, turn) items, one a row (windowed history) or
+  two (concatenated: a row's loss tokens split into turns 0 and 1; the slices then hold 4, 3,
+  4 and 2 of the 13 items for 2, 2, 2 and 1 non-empty rows, so a share of rows would be off):
+  the share of the items does (sorl's clip-fraction norm is a slice's own statistic, off here)."""
   kw = {"kwargs": {"clip_norm": "none"}} if name == "sorl" else {}
   make, _, _, rows, state = _setup(UNEQUAL, name=name, **kw)
+  if turns == 2:  # the second half of each row's loss tokens is turn 1
+    m = np.asarray(rows.loss_mask) > 0
+    second = np.cumsum(m, axis=1) > np.ceil(m.sum(1, keepdims=True) / 2)
+    rows = rows._replace(turn_index=jnp.asarray(np.where(m, second.astype(np.int32), -1)))
+    assert int(losses.mask_counts(rows.loss_mask, rows.turn_index).num_turns) == 13
   whole, _ = make(1)(state, rows)
   _close(make(4)(state, rows)[0].params, whole.params)
+
+
+def test_mask_counts_turns_against_a_plain_count():
+  rng = np.random.default_rng(3)
+  mask = rng.random((6, 10)) < 0.4
+  turn = rng.integers(-1, 3, (6, 10))
+  want = len({(i, int(turn[i, j])) for i, j in zip(*np.nonzero(mask)) if turn[i, j] >= 0})
+  c = losses.mask_counts(jnp.asarray(mask), jnp.asarray(turn, jnp.int32))
+  assert int(c.num_turns) == want
+  assert int(c.num_seqs) == int((mask.sum(1) > 0).sum()) and float(c.num_tokens) == mask.sum()
+  assert int(losses.mask_counts(jnp.asarray(mask)).num_turns) == int(c.num_seqs)
 
 
 def test_sft_and_dpo_slices_sum_to_the_whole_batch():
