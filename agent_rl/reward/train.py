@@ -27,7 +27,7 @@ import jax
 import ml_collections as mlc
 import numpy as np
 
-from agent_rl.envs.tasks import batched_sampler
+from agent_rl.envs.tasks import draw_tasks
 from agent_rl.eval.evaluate import episode_config
 from agent_rl.losses.preference import bradley_terry_loss, pair_rows, prm_bce_loss
 from agent_rl.parallel.placement import make_placement
@@ -89,12 +89,11 @@ def rollout_episodes(c, setup, place, lm_graphdef, lm_params) -> tuple[list, int
   roll = make_rollout(Policy.from_model(setup.model_cfg, lm_graphdef), setup.env, ecfg,
                       setup.pieces)
   labeller = STEP_LABELS.get(c.env.name) if c.rm.kind == "process" else None
-  sampler = batched_sampler(setup.env)
   out, n = [], c.rollout.num_tasks * c.rollout.group_size
   for b in range(c.rm.rollout_batches + c.rm.held_out_batches):
     k_tasks, k_roll = jax.random.split(jax.random.fold_in(jax.random.key(c.seed),
                                                           ROLLOUT_SEED_BASE + b))
-    tasks = place.batch(sampler(jax.random.split(k_tasks, c.rollout.num_tasks)))
+    tasks = place.batch(draw_tasks(setup.env, jax.random.split(k_tasks, c.rollout.num_tasks)))
     batch, _ = roll(lm_params, tasks, k_roll)
     out.append(rdata.episodes_of(batch, None if labeller is None else labeller(batch), b * n))
   return out, batch.segment_len

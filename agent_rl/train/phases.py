@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from agent_rl.agents import agent_metrics, attach_agent_return, check_checkpoint, role_terms
 from agent_rl.agents.frozen import freeze_rows
 from agent_rl.credit import baseline
-from agent_rl.envs.tasks import batched_sampler
+from agent_rl.envs.tasks import draw_tasks
 from agent_rl.envs.tools import tool_metrics
 from agent_rl.eval.episodes import config_episodes
 from agent_rl.eval.evaluate import evaluate_panels, extras_metrics
@@ -265,7 +265,7 @@ def iteration_inputs(run: Run, it: int):
   c = run.c
   key = jax.random.fold_in(jax.random.key(c.seed), 1000 + it)
   k_tasks, k_roll, k_upd = jax.random.split(key, 3)
-  tasks = batched_sampler(run.setup.env)(jax.random.split(k_tasks, c.rollout.num_tasks))
+  tasks = draw_tasks(run.setup.env, jax.random.split(k_tasks, c.rollout.num_tasks))
   return tasks, k_roll, k_upd
 
 

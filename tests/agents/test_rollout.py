@@ -34,8 +34,11 @@ def _tasks(env, n):
   return jax.vmap(env.sample_task)(jax.random.split(jax.random.key(3), n))
 
 
+# CI budget (2026-12-07: 24 s): a schedule and the per-task offset run in one case, ((), True).
 @pytest.mark.parametrize("schedule, offset", [pytest.param((), False, marks=pytest.mark.slow),
-                                              ((0, 1, 0), False), ((), True)])
+                                              pytest.param((0, 1, 0), False,
+                                                           marks=pytest.mark.slow),
+                                              ((), True)])
 def test_roles_env_schedules_the_acting_agent(schedule, offset):
   env = envs.make("roles", tokenizer=TOK, base="sokoban", roles=("left", "right", "third"),
                   schedule=schedule, offset_by_task=offset, base_kwargs={"max_steps": 50})

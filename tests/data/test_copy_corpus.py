@@ -176,6 +176,9 @@ def test_copy_and_iwm_stages_share_the_sft_steps():
 
 
 
+# CI budget (2026-12-07: 138 s in that day's suite): the rows are checked against plain loops
+# and the stages against train/sft.py above; the learning direction runs with -m slow.
+@pytest.mark.slow
 def test_copy_rows_teach_a_two_layer_model_to_copy():
   """The direction the stage is for: 1,800 steps on copy rows take a 2-layer, 64-wide policy
   from the uniform draw (log 200 nats or worse) to an NLL under 1 nat on held-out rows, far

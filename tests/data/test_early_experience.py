@@ -169,6 +169,9 @@ def test_iwm_needs_a_host_game_and_its_steps_inside_sft_steps():
     validate(c)
 
 
+# CI budget (2026-12-07: 58 s): the transitions, the stage switch and the IWM rows are the unit
+# tests above; the whole run, -m slow.
+@pytest.mark.slow
 def test_a_run_fits_early_experience_then_the_demos(tmp_path):
   """IWM steps first (their loss falls), then the demos; held-out success rises after SFT."""
   from agent_rl.train.run import run

@@ -103,6 +103,10 @@ def deal_run(tmp_path_factory):
   return wd
 
 
+# CI budget (2026-12-07: 90 s with its run): `train.evaluate` with counterparts on a real run is
+# tests/agents/test_run.py::test_counterpart_panels_swap_the_other_agents_weights; the command line
+# and the row's summary are the toy tests above.
+@pytest.mark.slow
 def test_the_evaluate_command_on_a_real_run(deal_run, tmp_path, monkeypatch):
   """subprocess_eval's command line (counterparts as `--config.eval.counterparts.NAME=DIR`
   flags, `--out`) on a real run, against itself: every panel equals the main one."""

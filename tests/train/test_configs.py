@@ -88,13 +88,17 @@ SLOW = {"gigpo_texthouse:tiny", "gigpo_texthouse:tiny,ppo_warmup", "gigpo_minish
         # and validated by tests/eval/test_reproduce.py).
         "rewardflow_sokoban:tiny", "graphgpo_sokoban:tiny", "gated_bepo_sokoban:tiny",
         # 2026-12-06 budget cut (55 s in that day's suite): the main job's file runs RL in CI
-        # through its variants (tiny,ppo,kl_reward and tiny,starpo_s,kl) and its SFT
-        # phase in test_config_learns.
+        # through its variant tiny,starpo_s,kl and its SFT phase in test_config_learns.
         "ragen_sokoban:tiny",
         # Hera's pipeline runs in CI at test scale in tests/agents/test_hera.py.
         "hera_sokoban:tiny", "hera_sokoban:tiny,always_cloud",
         # The teacher's SFT run is ragen_sokoban's SFT phase with a bigger model.
-        "futurebridge_sokoban:tiny,teacher"}
+        "futurebridge_sokoban:tiny,teacher",
+        # 2026-12-07 budget cut (86 s): PPO + GAE with a shared critic runs in CI in
+        # tests/train/test_critic_warmup.py, the KL-in-reward shaper against references in
+        # tests/objective/test_shapers.py and tests/credit/test_shaping.py; the main job's
+        # file keeps RL in CI through tiny,starpo_s,kl.
+        "ragen_sokoban:tiny,ppo,kl_reward"}
 CASES = [pytest.param(p, a, id=f"{os.path.basename(p)[:-3]}:{a}",
                       marks=[pytest.mark.slow] if f"{os.path.basename(p)[:-3]}:{a}" in SLOW else [])
          for p in CONFIGS for a in VARIANTS.get(os.path.basename(p)[:-3], ["tiny"])]

@@ -68,7 +68,11 @@ def test_frozenlake_turns_fit_the_shortest_paths(path):
       f"{c.env.kwargs.max_steps}, {c.rollout.max_turns} turns x {per_turn} actions")
 
 
-@pytest.mark.parametrize("path", HOST_CONFIGS, ids=[os.path.basename(p) for p in HOST_CONFIGS])
+# CI budget (2026-12-07): ScienceWorld's case (30 s: the JVM and its gold paths) runs with -m slow,
+# as its config does (tests/train/test_configs.py); the TextWorld / ALFWorld cases run in CI.
+@pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.slow] if "scienceworld" in p
+                                               else []) for p in HOST_CONFIGS],
+                         ids=[os.path.basename(p) for p in HOST_CONFIGS])
 def test_host_tiny_turns_fit_most_of_the_games_expert_plans(path):
   """A host config's SFT demos (data/host_demos.py) replay its games' expert plans, one turn
   per command: most must fit `rollout.max_turns` (the first tiny textworld_cooking setting, 8
