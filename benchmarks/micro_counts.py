@@ -69,7 +69,7 @@ def bench(spec: str, k: int) -> dict:
       return jax.grad(f)(p)
 
     whole = _flat(grad(params, mb, None))
-    counts = losses.mask_counts(mb.loss_mask)
+    counts = losses.mask_counts(mb.loss_mask, mb.turn_index)  # as train/step.py counts them
     parts = [jax.tree.map(lambda x: None if x is None else x[i * n // k:(i + 1) * n // k], mb)
              for i in range(k)]
     summed = sum(_flat(grad(params, p, counts)) for p in parts)
