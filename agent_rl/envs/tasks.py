@@ -2,7 +2,8 @@
 
 `batched_sampler(env)` is `jit(vmap(env.sample_task))`, compiled once per env (envs are
 hashable) and batch size; `draw_tasks(env, keys)` calls it `CHUNK` keys at a time, so a run
-compiles the generator once, not once per panel size; `sample_tasks(env, seeds)` draws task i from `key(seeds[i])` as host arrays;
+compiles the generator once, not once per panel size; `sample_tasks(env, seeds)` draws task
+i from `key(seeds[i])` as host arrays;
 `eval_tasks(env, n, seed)` are the held-out tasks of `config.eval.seed` (disjoint from the
 training stream, which draws from the run seed), so every evaluation scores the same tasks.
 """

@@ -166,7 +166,7 @@ def mask_counts(mask: jax.Array, turn_index: Optional[jax.Array] = None) -> Coun
   if turn_index is None:
     num_turns = num_seqs
   else:
-    num_turns = jnp.sum(segment_sum(m * (turn_index >= 0), turn_segments(turn_index)) > 0)
+    num_turns = jnp.sum(turn_items(m, turn_index)[2] > 0)
   return Counts(num_tokens=jnp.sum(m), num_seqs=num_seqs, num_rows=int(mask.shape[0]),
                 num_turns=num_turns)
 
@@ -245,6 +245,16 @@ def turn_segments(turn_index: jax.Array) -> jax.Array:
 def segment_sum(x: jax.Array, seg: jax.Array) -> jax.Array:
   """Sums `[B, L]` values into the `B·L` segments of `turn_segments`."""
   return jax.ops.segment_sum(x.reshape(-1), seg.reshape(-1), num_segments=seg.size)
+
+
+def turn_items(m: jax.Array, turn_index: jax.Array):
+  """The (row, turn) items of a `[B, L]` float loss mask: `(tm, seg, n_k)` with tm the mask
+  less the prompt (`turn_index < 0`), seg `turn_segments(turn_index)` and n_k `[B·L]` each
+  item's loss tokens (an item exists where n_k > 0): reinforce's and sorl's items, and the
+  turns `mask_counts` counts."""
+  tm = m * (turn_index >= 0)
+  seg = turn_segments(turn_index)
+  return tm, seg, segment_sum(tm, seg)
 
 
 def entropy_loss(logits: jax.Array, mask: jax.Array, loss_agg_mode: str = "token-mean",

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from agent_rl.losses.base import (agg_loss, check_policy_inputs, local_counts, masked,
                                   masked_mean, ratio_metrics, register, resolve_clip,
-                                  segment_sum, turn_segments)
+                                  segment_sum, turn_items)
 
 sg = jax.lax.stop_gradient
 
@@ -212,9 +212,7 @@ def reinforce(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode="token-
   if turn_index is None:
     loss = agg_loss(loss_mat, m, "seq-mean-token-mean", num_seqs=num_seqs)
   else:
-    tm = m * (turn_index >= 0)
-    seg = turn_segments(turn_index)
-    n_k = segment_sum(tm, seg)
+    tm, seg, n_k = turn_items(m, turn_index)
     item = segment_sum(masked(loss_mat, tm), seg) / jnp.where(n_k > 0, n_k, 1.0)
     n_items = jnp.sum(n_k > 0)
     loss = jnp.sum(item) / jnp.maximum(n_items, 1)

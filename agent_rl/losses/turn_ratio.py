@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from agent_rl.losses.base import (check_policy_inputs, local_counts, masked, ratio_metrics,
-                                  register, resolve_clip, segment_sum, turn_segments)
+                                  register, resolve_clip, segment_sum, turn_items)
 
 sg = jax.lax.stop_gradient
 
@@ -79,9 +79,7 @@ def sorl(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode="token-mean"
                                            weights, turn_index, loss_agg_mode)
   lo, hi = resolve_clip(clip_ratio, clip_ratio_low, clip_ratio_high)
   delta = lp - old
-  tm = m * (turn_index >= 0)
-  seg = turn_segments(turn_index)
-  n_k = segment_sum(tm, seg)
+  tm, seg, n_k = turn_items(m, turn_index)
   valid = n_k > 0
   denom = jnp.where(valid, n_k, 1.0)
   mean_k = lambda x: segment_sum(masked(x, tm), seg) / denom
