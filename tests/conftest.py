@@ -1,7 +1,8 @@
 """Test set-up: CPU only, 8 fake devices for sharded paths, float32 matmuls exact enough for parity,
-and (opt-in) one persistent XLA compilation cache shared by every test process."""
-import importlib.util
+and a persistent XLA compilation cache per test process."""
+import atexit
 import os
+import shutil
 import tempfile
 
 # Must be set before jax is imported anywhere. Tests that need one device use jax.devices()[:1].
@@ -20,27 +21,39 @@ if "xla_force_host_platform_device_count" not in _flags:
 if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
   os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
 
-# A persistent XLA compilation cache shared by the test processes is OPT-IN
-# (AGENT_RL_TEST_COMPILATION_CACHE=1): compilation, not compute, is most of an end-to-end
-# test's time (a 2-iteration tiny run: ~63 s cold, ~17 s warm), but with jax 0.10.2 on
-# XLA:CPU two xdist workers reading and writing the shared cache crashed with a segmentation
-# fault inside jax's compilation_cache (get_executable_and_time / put_executable_and_time,
-# in tests/train/test_pretrained_e2e.py and test_resume.py, 2026-12-03), killing the worker:
-# a red CI run. Opted in, it is set through the environment so the subprocesses the launch
-# and SIGTERM tests start inherit it.
-if os.environ.get("AGENT_RL_TEST_COMPILATION_CACHE") == "1":
-  os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
-      tempfile.gettempdir(), f"agent_rl_jax_cache_{os.getuid()}"))
-  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # tiny programs too
-  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
-  if importlib.util.find_spec("filelock") is not None:
-    # A size limit turns on JAX's file lock (two xdist workers write the same keys) and LRU
-    # eviction; without filelock JAX refuses a limit, and writes stay unlocked.
-    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
-
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+def _process_compilation_cache():
+  """One persistent XLA compilation cache per test process, fresh each session, for programs
+  that took >= 0.5 s to compile. An end-to-end test's time is mostly XLA compiling the tiny
+  run's programs (a 2-iteration run: 35 s of 56 s), and many tests build the same tiny
+  config; `jit` caches by function identity and every run makes new closures (and the module
+  fixture below clears JAX's caches), so without this each test compiles them again.
+  - Per process, never shared: with jax 0.10.2 on XLA:CPU two xdist workers on one
+    directory crashed with a segmentation fault inside jax's cache read / write (tests in
+    test_pretrained_e2e.py and test_resume.py, 2026-12-03); `LRUCache.put` writes the file in
+    place, so one process can read another's half-written entry. Set with `jax.config`, not
+    the environment, so the subprocesses tests start (launchers, multi-host) do not inherit it.
+  - xdist sets PYTEST_XDIST_WORKER in the worker before it imports this file; the controller
+    never compiles. The directory is removed when the process exits.
+  - Only programs >= 0.5 s: caching every program (a file, a hash and a write for each of
+    a run's ~80 small eager ops) made the whole suite slower (2026-12-07).
+  AGENT_RL_TEST_COMPILATION_CACHE=0 turns it off."""
+  if os.environ.get("AGENT_RL_TEST_COMPILATION_CACHE", "1") == "0":
+    return
+  worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+  path = tempfile.mkdtemp(prefix=f"agent_rl_jax_cache_{worker}_")
+  atexit.register(shutil.rmtree, path, ignore_errors=True)
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+_process_compilation_cache()
+
 
 import gc  # noqa: E402
 
