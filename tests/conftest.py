@@ -1,6 +1,7 @@
 """Test set-up: CPU only, 8 fake devices for sharded paths, float32 matmuls exact enough for parity,
 and a persistent XLA compilation cache per test process."""
 import atexit
+import gc
 import os
 import shutil
 import tempfile
@@ -22,6 +23,7 @@ if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
   os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
 
@@ -50,15 +52,9 @@ def _process_compilation_cache():
   atexit.register(shutil.rmtree, path, ignore_errors=True)
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
 
 _process_compilation_cache()
-
-
-import gc  # noqa: E402
-
-import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
